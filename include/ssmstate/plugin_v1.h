@@ -1,0 +1,170 @@
+/* ssmstate plugin ABI, version 1. FROZEN: never edit a published field.
+ *
+ * A mode plugin is a shared module that exports exactly one symbol,
+ * `ssm_plugin_v1` (see SSM_PLUGIN_V1_SYMBOL), a const struct of this type.
+ * The core dlopen()s the module, checks abi_version == 1 and
+ * struct_size >= the size it knows, and from then on calls only through the
+ * table. A plugin never links against libssmstate: what it needs from the core
+ * (memory, logging, errors, flags) comes through the services table it is
+ * handed at create().
+ *
+ * Calls the core makes are already validated: slots are in range or -1,
+ * lengths are within the limits the plugin declared, tickets are current, and
+ * accepted lengths are in [1, T] (host metadata; device metadata is checked by
+ * the plugin's kernels, which skip the row and raise SSM_FLAG_BAD_*).
+ * A plugin method returns SSM_OK or an error after calling services->error()
+ * with a message; on error it must leave its state as it was.
+ *
+ * Methods that may be NULL say so; the core answers SSM_ERR_UNSUPPORTED for
+ * them. New methods are appended in later ABI versions, never inserted. */
+#ifndef SSMSTATE_PLUGIN_V1_H
+#define SSMSTATE_PLUGIN_V1_H
+
+#include "ssmstate/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SSM_PLUGIN_V1_ABI_VERSION 1u
+#define SSM_PLUGIN_V1_SYMBOL "ssm_plugin_v1"
+
+/* capabilities bits */
+#define SSM_CAP_CPU        (1ull << 0) /* runs with state in host memory */
+#define SSM_CAP_CUDA       (1ull << 1) /* runs with state in CUDA device memory */
+#define SSM_CAP_GDN        (1ull << 2)
+#define SSM_CAP_KDA        (1ull << 3)
+#define SSM_CAP_STATE_F32  (1ull << 4)
+#define SSM_CAP_STATE_BF16 (1ull << 5)
+#define SSM_CAP_ACT_F32    (1ull << 6)
+#define SSM_CAP_ACT_BF16   (1ull << 7)
+#define SSM_CAP_PAGES      (1ull << 8) /* export_slot / import_slot / copy_slot work */
+
+/* One `key = value` from the config section named after the mode. */
+typedef struct ssm_option_v1 {
+    const char *key;
+    const char *value;
+    int32_t line; /* line in the config file, 0 when the config came from a struct */
+} ssm_option_v1;
+
+/* Everything a mode needs to size and build its storage. */
+typedef struct ssm_mode_params_v1 {
+    uint32_t struct_size;
+    ssm_model_dims model;
+    ssm_dtype state_dtype;
+    ssm_dtype activation_dtype;
+    ssm_device device;
+    int32_t capacity;        /* slots in the pool */
+    int32_t max_tokens;      /* T_max = 1 + max draft tokens, per verify row */
+    int32_t options_count;   /* options from the section [<mode name>] */
+    const ssm_option_v1 *options;
+} ssm_mode_params_v1;
+
+/* What a mode keeps per slot, in bytes, for the plan (all layers). */
+typedef struct ssm_mode_plan_v1 {
+    uint64_t state_bytes;   /* matrix states the mode keeps (all snapshots / checkpoint) */
+    uint64_t conv_bytes;    /* conv windows incl. the verify tail */
+    uint64_t scratch_bytes; /* records, rings, cursors, indices */
+    uint64_t shared_bytes;  /* per-context, not per slot (workspaces) */
+} ssm_mode_plan_v1;
+
+/* Services the core hands to a plugin instance. `core` is opaque and is
+ * passed back as the first argument of every service. */
+typedef struct ssm_services_v1 {
+    uint32_t struct_size;
+    void *core;
+    /* printf-style; level 0 error, 1 warning, 2 info, 3 debug */
+    void (*log)(void *core, int level, const char *fmt, ...);
+    /* Records the thread-local error message; returns `code` for tail calls. */
+    ssm_status (*error)(void *core, ssm_status code, const char *fmt, ...);
+    /* Memory in the context's memory space (host or device), aligned to 256
+     * bytes, zero-filled. NULL on failure (the plugin returns
+     * SSM_ERR_OUT_OF_MEMORY). Only allowed in create(), never in a step. */
+    void *(*alloc)(void *core, size_t bytes);
+    void (*release)(void *core, void *ptr);
+    /* Host scratch (always host memory, zero-filled); same rules as alloc. */
+    void *(*alloc_host)(void *core, size_t bytes);
+    void (*release_host)(void *core, void *ptr);
+    /* Raises SSM_FLAG_* bits for a slot (host path; kernels use flag words). */
+    void (*flag_slot)(void *core, int32_t slot, uint32_t flags);
+} ssm_services_v1;
+
+/* One decode, verify or prefill call for one layer. */
+typedef struct ssm_step_v1 {
+    uint32_t struct_size;
+    int32_t layer;
+    int32_t rows;
+    int32_t tokens;               /* T for decode (1) and verify; 0 for prefill */
+    const int32_t *slots;         /* [rows], -1 = padding */
+    const int32_t *token_offsets; /* prefill: [rows+1] cumulative; else NULL */
+    int32_t max_row_tokens;       /* prefill: longest row; else T */
+    const ssm_layer_weights *weights;
+    ssm_step_io io;
+    void *stream;                 /* cudaStream_t for CUDA contexts; NULL on the CPU */
+} ssm_step_v1;
+
+/* The commit of one forward, for every layer at once. */
+typedef struct ssm_commit_v1 {
+    uint32_t struct_size;
+    int32_t rows;
+    int32_t tokens;           /* T of the verify */
+    const int32_t *slots;     /* [rows] as verified */
+    const int32_t *accepted;  /* [rows], each in [1, T] (padding rows ignored) */
+    void *stream;
+} ssm_commit_v1;
+
+/* The canonical form of one slot: for each layer l, the conv window
+ * [W-1][D] in the activation dtype at conv[l], and the materialized matrix
+ * state [HV][V][K] in the state dtype at state[l]. Used by pages and slot
+ * copy; same memory space as the context. */
+typedef struct ssm_canonical_v1 {
+    uint32_t struct_size;
+    void *const *conv;
+    void *const *state;
+} ssm_canonical_v1;
+
+typedef struct ssm_plugin_v1 {
+    uint32_t abi_version;   /* SSM_PLUGIN_V1_ABI_VERSION */
+    uint32_t struct_size;   /* sizeof(ssm_plugin_v1) as the plugin was built */
+    const char *name;       /* mode name, e.g. "native"; matches the file name */
+    uint32_t mode_version;  /* the plugin's own version, for logs and pages */
+    uint64_t capabilities;  /* SSM_CAP_* */
+
+    /* Validates the options and the combination of model, dtypes, device and
+     * draft width. On rejection writes a one-line reason to why and, where an
+     * option is at fault, its index to *bad_option (else -1). No side effects. */
+    ssm_status (*check_config)(const ssm_mode_params_v1 *params, char *why, size_t why_len,
+                               int32_t *bad_option);
+    /* Per-slot byte counts for params (already checked). No side effects. */
+    ssm_status (*plan)(const ssm_mode_params_v1 *params, ssm_mode_plan_v1 *out);
+    /* Builds an instance with every slot fresh. All memory comes from svc. */
+    ssm_status (*create)(const ssm_mode_params_v1 *params, const ssm_services_v1 *svc,
+                         void **instance);
+    void (*destroy)(void *instance);
+
+    /* Makes a slot fresh: zero state, empty history, zero conv window. */
+    ssm_status (*reset_slot)(void *instance, int32_t slot, void *stream);
+    /* Chunk of prompt per row from the slot's state; leaves canonical form. */
+    ssm_status (*prefill)(void *instance, const ssm_step_v1 *step);
+    /* One token per row, implicitly committed. */
+    ssm_status (*decode)(void *instance, const ssm_step_v1 *step);
+    /* T tokens per row; outputs for all; state change deferred to commit. */
+    ssm_status (*verify)(void *instance, const ssm_step_v1 *step);
+    /* Keeps the first accepted[r] verified tokens of each row, all layers. */
+    ssm_status (*commit)(void *instance, const ssm_commit_v1 *commit);
+
+    /* Transfers (may be NULL when SSM_CAP_PAGES is not set). export never
+     * changes the slot; import replaces it and clears the mode's scratch. */
+    ssm_status (*export_slot)(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream);
+    ssm_status (*import_slot)(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream);
+    ssm_status (*copy_slot)(void *instance, int32_t src_slot, int32_t dst_slot, void *stream);
+    /* Folds pending history into the state of each slot (NULL: nothing to fold). */
+    ssm_status (*materialize)(void *instance, const int32_t *slots, int32_t count, void *stream);
+} ssm_plugin_v1;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

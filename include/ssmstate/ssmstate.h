@@ -1,0 +1,250 @@
+/* ssmstate: the engine API.
+ *
+ * A context owns the recurrent state of every linear-attention layer for a
+ * pool of request slots, in one state mode (a plugin chosen by the config).
+ * Per forward the engine calls, per layer, ssm_prefill / ssm_decode /
+ * ssm_verify, and after a verify, once acceptance is known, ssm_commit for all
+ * layers at once.
+ *
+ * Conventions:
+ * - Every fallible call returns ssm_status; SSM_OK is 0. On error nothing the
+ *   call touched has changed, and ssm_last_error() (thread-local) says why.
+ * - A context is not thread-safe; separate contexts may be used from separate
+ *   threads concurrently.
+ * - Step calls are stream-ordered on `stream` (a cudaStream_t for a CUDA
+ *   context, NULL on the CPU): they enqueue work and return; they never
+ *   allocate or synchronize. On the CPU they run to completion.
+ * - Batch metadata and tensors are caller-owned and live in the context's
+ *   memory space (see ssm_device in types.h).
+ * - The library never calls abort() or exit(). */
+#ifndef SSMSTATE_SSMSTATE_H
+#define SSMSTATE_SSMSTATE_H
+
+#include "ssmstate/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SSMSTATE_VERSION_MAJOR 0
+#define SSMSTATE_VERSION_MINOR 1
+#define SSMSTATE_VERSION_PATCH 0
+
+typedef struct ssm_ctx ssm_ctx;
+
+/* ---------------------------------------------------------------- config */
+
+/* One `key = value` of the config section named after a mode. */
+typedef struct ssm_mode_option {
+    const char *key;
+    const char *value;
+    int32_t line; /* 0 when not from a file */
+} ssm_mode_option;
+
+/* The command line's simulated workload ([workload]); the library ignores it. */
+typedef struct ssm_workload {
+    int32_t requests;        /* requests served in the session */
+    int32_t prompt_min;      /* prompt lengths are drawn uniformly in [min, max] */
+    int32_t prompt_max;
+    int32_t prefill_chunk;   /* longest prefill chunk; prompts are split into chunks */
+    int32_t decode_steps;    /* verify rounds per request */
+    double acceptance;       /* probability that each draft token is accepted */
+    uint64_t seed;
+} ssm_workload;
+
+/* A resolved configuration. Strings are owned by whoever filled the struct;
+ * ssm_config_load() returns one that ssm_config_free() releases. */
+typedef struct ssm_config {
+    ssm_model_dims model;
+    const char *mode;            /* "native", "compact", "replay" or a vendor mode */
+    ssm_dtype state_dtype;
+    ssm_dtype activation_dtype;
+    ssm_device device;
+    int32_t max_requests;        /* slots in the pool */
+    int32_t max_draft_tokens;    /* verify rows carry up to 1 + this many tokens */
+    const char *plugin_dir;      /* searched first; NULL or "" to skip */
+    /* options of every mode section present ([native], [replay], ...): */
+    int32_t mode_sections_count;
+    const char *const *mode_section_names; /* [mode_sections_count] */
+    const int32_t *mode_section_lines;     /* line of each section header */
+    const int32_t *mode_options_count;     /* [mode_sections_count] */
+    const ssm_mode_option *const *mode_options;
+    ssm_workload workload;
+    const char *source;          /* file name for messages, or NULL */
+} ssm_config;
+
+/* Parses and validates an INI file (SPEC 7). Unknown sections or keys,
+ * missing required keys, bad values and impossible combinations fail with
+ * SSM_ERR_CONFIG and a "file:line: message" error; *out is then untouched.
+ * Mode sections are checked by their plugin when a context is created. */
+ssm_status ssm_config_load(const char *path, ssm_config **out);
+
+/* Releases a config from ssm_config_load(). NULL is fine. */
+void ssm_config_free(ssm_config *config);
+
+/* Fills `config` with defaults (no model: dims zero, mode "native", fp32
+ * state, fp32 activations, CPU, 1 request, no drafts). */
+void ssm_config_defaults(ssm_config *config);
+
+/* --------------------------------------------------------------- context */
+
+/* Creates a context: validates the config (and the mode's section, through its
+ * plugin), loads the mode plugin, allocates the whole pool. Errors:
+ * SSM_ERR_CONFIG, SSM_ERR_PLUGIN, SSM_ERR_UNSUPPORTED, SSM_ERR_OUT_OF_MEMORY,
+ * SSM_ERR_DEVICE. Nothing is left behind on failure. */
+ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out);
+
+/* ssm_config_load + ssm_ctx_create. */
+ssm_status ssm_ctx_create_from_file(const char *path, ssm_ctx **out);
+
+/* Destroys a context and everything it owns. Waits for nothing: the caller
+ * synchronizes its streams first. NULL is fine. */
+void ssm_ctx_destroy(ssm_ctx *ctx);
+
+/* What a configuration costs. Per-slot numbers cover all layers. */
+typedef struct ssm_plan {
+    uint64_t state_bytes_per_slot;
+    uint64_t conv_bytes_per_slot;
+    uint64_t scratch_bytes_per_slot;
+    uint64_t bytes_per_slot;  /* sum of the three above */
+    uint64_t shared_bytes;    /* per context */
+    uint64_t pool_bytes;      /* capacity * bytes_per_slot + shared_bytes */
+    int32_t capacity;
+} ssm_plan;
+
+/* The plan of a configuration, without allocating the pool (loads the plugin
+ * to ask it). Errors as ssm_ctx_create minus out-of-memory. */
+ssm_status ssm_config_plan(const ssm_config *config, ssm_plan *out);
+
+/* The plan of a live context. */
+ssm_status ssm_ctx_plan(const ssm_ctx *ctx, ssm_plan *out);
+
+/* The configuration the context was created from (owned by the context). */
+const ssm_config *ssm_ctx_config(const ssm_ctx *ctx);
+
+/* The file the mode plugin was loaded from (owned by the context). */
+const char *ssm_ctx_plugin_path(const ssm_ctx *ctx);
+
+/* ----------------------------------------------------------------- slots */
+
+/* Takes a fresh slot (zero state, empty history, zero conv window) from the
+ * pool. Errors: SSM_ERR_POOL_EXHAUSTED. */
+ssm_status ssm_slot_acquire(ssm_ctx *ctx, int32_t *slot);
+
+/* Returns a slot to the pool; an uncommitted verify on it is dropped. The slot
+ * is made fresh before anyone gets it again. Errors: SSM_ERR_SLOT_RANGE,
+ * SSM_ERR_SLOT_NOT_ACQUIRED. */
+ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot);
+
+/* Makes an acquired slot fresh, dropping any uncommitted verify on it.
+ * Stream-ordered. Errors: SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED. */
+ssm_status ssm_slot_reset(ssm_ctx *ctx, int32_t slot, void *stream);
+
+typedef struct ssm_pool_stats {
+    int32_t capacity;
+    int32_t used;
+    int32_t free; /* used + free == capacity, always */
+} ssm_pool_stats;
+
+/* Pool accounting; never fails for a valid ctx. */
+void ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out);
+
+/* ------------------------------------------------------------------ steps */
+
+/* Rows of a decode or verify: `tokens` per row (1 for decode, 1..1+max draft
+ * for verify); slots[r] == -1 marks a padding row, skipped and never written. */
+typedef struct ssm_batch {
+    int32_t rows;
+    int32_t tokens;
+    const int32_t *slots;
+} ssm_batch;
+
+/* Rows of a prefill: row r holds tokens token_offsets[r] .. token_offsets[r+1]-1
+ * (token_offsets has rows+1 entries, starts at 0 and never decreases; a row
+ * may be empty). max_row_tokens bounds the longest row. */
+typedef struct ssm_prefill_batch {
+    int32_t rows;
+    const int32_t *slots;
+    const int32_t *token_offsets;
+    int32_t max_row_tokens;
+} ssm_prefill_batch;
+
+/* Proof of a verify, presented at commit. Zero-initialize (SSM_TICKET_INIT)
+ * before the forward: the first ssm_verify of the forward fills it, the
+ * verifies of the other layers present it unchanged. */
+typedef struct ssm_ticket {
+    uint64_t context_id;
+    uint64_t forward;
+    int32_t rows;
+    int32_t tokens;
+} ssm_ticket;
+#define SSM_TICKET_INIT {0, 0, 0, 0}
+
+/* Runs a chunk of prompt for one layer: each row continues from its slot's
+ * state (zero for a fresh slot) and leaves the slot in the mode's canonical
+ * form; writes io->out for every token. Slots must be acquired and have no
+ * pending verify. Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE,
+ * SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING. */
+ssm_status ssm_prefill(ssm_ctx *ctx, int32_t layer, const ssm_prefill_batch *batch,
+                       const ssm_layer_weights *weights, const ssm_step_io *io,
+                       void *stream);
+
+/* One token per row for one layer (batch->tokens == 1), committed at once:
+ * a verify of T = 1 with an implicit commit of 1. Same errors as prefill. */
+ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
+                      const ssm_layer_weights *weights, const ssm_step_io *io,
+                      void *stream);
+
+/* Verifies T = batch->tokens tokens per row for one layer and writes all T
+ * outputs per row; the state change waits for ssm_commit. With a zero ticket
+ * it opens a forward over the rows (none may have a pending verify) and fills
+ * the ticket; with a filled ticket it adds this layer to that forward (same
+ * rows, slots and T; each layer once). Errors: SSM_ERR_INVALID_ARGUMENT,
+ * SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING (second
+ * verify over uncommitted slots, or a layer verified twice),
+ * SSM_ERR_TICKET_FOREIGN / _STALE / _REPEATED. */
+ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
+                      const ssm_layer_weights *weights, const ssm_step_io *io,
+                      ssm_ticket *ticket, void *stream);
+
+/* Keeps, for every layer, the first accepted[r] verified tokens of row r
+ * (1 <= accepted[r] <= T; padding rows ignored) and closes the forward. The
+ * ticket must be the latest verify's for those rows, with every layer
+ * verified. Errors: SSM_ERR_TICKET_FOREIGN, SSM_ERR_TICKET_STALE,
+ * SSM_ERR_TICKET_REPEATED, SSM_ERR_TICKET_INCOMPLETE, SSM_ERR_ACCEPTED_RANGE;
+ * on any of them nothing is written and the forward stays open. */
+ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *accepted,
+                      void *stream);
+
+/* ----------------------------------------------------------------- status */
+
+typedef struct ssm_ctx_report {
+    uint32_t flags;          /* OR of every slot's SSM_FLAG_* bits */
+    int32_t flagged_slots;   /* slots with any flag */
+    int32_t first_flagged;   /* lowest flagged slot, or -1 */
+} ssm_ctx_report;
+
+/* Flags raised by past steps. Host path: exact at return. Errors:
+ * SSM_ERR_INVALID_ARGUMENT. */
+ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out);
+
+/* Flags of one slot (cleared when the slot is reset or released). */
+ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags);
+
+/* ------------------------------------------------------------------ errors */
+
+/* The message of the last error on this thread ("" if none). Valid until the
+ * next failing ssmstate call on this thread. */
+const char *ssm_last_error(void);
+
+/* A stable name for a status code ("SSM_ERR_TICKET_STALE"). */
+const char *ssm_status_name(ssm_status status);
+
+/* Name of a dtype ("f32", "bf16"), model kind ("gdn"), device type ("cpu"). */
+const char *ssm_dtype_name(ssm_dtype dtype);
+const char *ssm_model_kind_name(ssm_model_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
