@@ -18,7 +18,7 @@ typedef ssm_commit_v1 ssm_commit_args;
 typedef ssm_canonical_v1 ssm_canonical;
 
 /* Defines the module's one exported symbol. Use it once per plugin:
- *   SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_v1 = { ... }; */
+ *   SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = { ... }; */
 #if defined(__GNUC__)
 #define SSM_PLUGIN_EXPORT __attribute__((visibility("default")))
 #else

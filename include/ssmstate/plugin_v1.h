@@ -1,7 +1,7 @@
 /* ssmstate plugin ABI, version 1. FROZEN: never edit a published field.
  *
  * A mode plugin is a shared module that exports exactly one symbol,
- * `ssm_plugin_v1` (see SSM_PLUGIN_V1_SYMBOL), a const struct of this type.
+ * `ssm_plugin_entry_v1` (SSM_PLUGIN_V1_SYMBOL), a const ssm_plugin_v1.
  * The core dlopen()s the module, checks abi_version == 1 and
  * struct_size >= the size it knows, and from then on calls only through the
  * table. A plugin never links against libssmstate: what it needs from the core
@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define SSM_PLUGIN_V1_ABI_VERSION 1u
-#define SSM_PLUGIN_V1_SYMBOL "ssm_plugin_v1"
+#define SSM_PLUGIN_V1_SYMBOL "ssm_plugin_entry_v1"
 
 /* capabilities bits */
 #define SSM_CAP_CPU        (1ull << 0) /* runs with state in host memory */

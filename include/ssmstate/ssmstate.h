@@ -26,6 +26,12 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; what this header declares is
+ * its exported interface. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define SSMSTATE_VERSION_MAJOR 0
 #define SSMSTATE_VERSION_MINOR 1
 #define SSMSTATE_VERSION_PATCH 0
@@ -216,6 +222,18 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
 ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *accepted,
                       void *stream);
 
+/* -------------------------------------------------------------- transfers */
+
+/* Copies a slot's canonical form into caller buffers in the context's memory
+ * space: for each layer l, conv[l] receives the conv window [W-1][D] in the
+ * activation dtype and state[l] the materialized matrix state [HV][V][K] in
+ * the state dtype (pending history folded into the copy, never into the
+ * slot). The slot must be acquired with no pending verify. Stream-ordered.
+ * Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE,
+ * SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING, SSM_ERR_UNSUPPORTED. */
+ssm_status ssm_slot_export_canonical(ssm_ctx *ctx, int32_t slot, void *const *conv,
+                                     void *const *state, void *stream);
+
 /* ----------------------------------------------------------------- status */
 
 typedef struct ssm_ctx_report {
@@ -231,6 +249,28 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out);
 /* Flags of one slot (cleared when the slot is reset or released). */
 ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags);
 
+/* ---------------------------------------------------------------- plugins */
+
+/* One mode plugin file found on the search path. */
+typedef struct ssm_plugin_info {
+    char name[64];          /* mode name from the plugin's table ("" if unreadable) */
+    char path[4096];        /* the file */
+    uint32_t abi_version;   /* ABI version the plugin speaks (0 if unreadable) */
+    uint32_t mode_version;
+    uint64_t capabilities;  /* SSM_CAP_* from plugin_v1.h */
+    ssm_status status;      /* SSM_OK, or why it cannot be used */
+    char error[512];        /* the reason when status != SSM_OK */
+} ssm_plugin_info;
+
+/* Lists the mode plugins on the search path: plugin_dir (if not NULL or ""),
+ * then the installed plugin directory, then each directory of the colon-
+ * separated $SSMSTATE_PLUGIN_PATH. Every file is loaded and checked as
+ * ssm_ctx_create would; one that fails is listed with its reason. A name
+ * found earlier on the path shadows later ones (those are not listed). Writes
+ * up to `capacity` entries and the number found to *count. */
+ssm_status ssm_plugins_list(const char *plugin_dir, ssm_plugin_info *out, int32_t capacity,
+                            int32_t *count);
+
 /* ------------------------------------------------------------------ errors */
 
 /* The message of the last error on this thread ("" if none). Valid until the
@@ -243,6 +283,10 @@ const char *ssm_status_name(ssm_status status);
 /* Name of a dtype ("f32", "bf16"), model kind ("gdn"), device type ("cpu"). */
 const char *ssm_dtype_name(ssm_dtype dtype);
 const char *ssm_model_kind_name(ssm_model_kind kind);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,42 @@
+/* The context object and the helpers the core's files share about it. */
+#ifndef SSM_CORE_CONTEXT_H
+#define SSM_CORE_CONTEXT_H
+
+#include "core/loader.h"
+#include "core/tickets.h"
+
+struct ssm_ctx {
+    ssm_config *config;          /* owned copy */
+    ssm_loaded_plugin plugin;
+    const ssm_plugin_v1 *mode;   /* == plugin.table */
+    void *instance;              /* the plugin's */
+    ssm_services_v1 services;
+    ssm_mode_params_v1 params;
+    ssm_plan plan;
+    int32_t capacity;
+    uint8_t *slot_acquired;      /* [capacity] */
+    uint32_t *slot_flags;        /* [capacity] SSM_FLAG_* */
+    int32_t *free_slots;         /* stack of free slot numbers */
+    int32_t free_count;
+    uint32_t *row_marks;         /* [capacity] duplicate detection in batches */
+    uint32_t row_mark;
+    ssm_ticket_book tickets;
+};
+
+/* Fills the services table handed to the plugin (core/services.c). */
+void ssm_services_init(ssm_ctx *ctx, ssm_services_v1 *services);
+
+/* Memory in the context's memory space (core/services.c). */
+void *ssm_device_alloc(const ssm_device *device, size_t bytes);
+void ssm_device_free(const ssm_device *device, void *ptr);
+
+/* Batch checks shared by the step calls (core/validate.c). Each returns
+ * SSM_OK or the error of SPEC 10 with a message; none changes anything. */
+ssm_status ssm_validate_layer(const ssm_ctx *ctx, int32_t layer);
+ssm_status ssm_validate_rows(ssm_ctx *ctx, int32_t rows, const int32_t *slots,
+                             int allow_pending);
+ssm_status ssm_validate_step_data(const ssm_ctx *ctx, const ssm_layer_weights *weights,
+                                  const ssm_step_io *io);
+ssm_status ssm_validate_slot(const ssm_ctx *ctx, int32_t slot);
+
+#endif

@@ -1,0 +1,228 @@
+/* Plugin loading, after UCX's module loader: RTLD_NOW|RTLD_LOCAL so a bad
+ * plugin fails at load and cannot leak symbols into others; dladdr() to be
+ * sure the entry symbol really is the file's own (and not one of a library it
+ * pulled in); unload on any failed check. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/loader.h"
+
+#ifndef SSM_PLUGIN_DIR
+#define SSM_PLUGIN_DIR "/usr/local/lib/ssmstate"
+#endif
+
+/* The entry symbols this library speaks, newest first. A new ABI version adds
+ * a line here and an adapter file that turns its table into the current one. */
+static const struct {
+    const char *symbol;
+    uint32_t version;
+    size_t size;
+} entry_points[] = {
+    {SSM_PLUGIN_V1_SYMBOL, SSM_PLUGIN_V1_ABI_VERSION, sizeof(ssm_plugin_v1)},
+};
+#define ENTRY_POINT_COUNT (sizeof entry_points / sizeof entry_points[0])
+
+static int is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+static const char *missing_method(const ssm_plugin_v1 *t)
+{
+    if (!t->check_config) return "check_config";
+    if (!t->plan) return "plan";
+    if (!t->create) return "create";
+    if (!t->destroy) return "destroy";
+    if (!t->reset_slot) return "reset_slot";
+    if (!t->prefill) return "prefill";
+    if (!t->decode) return "decode";
+    if (!t->verify) return "verify";
+    if (!t->commit) return "commit";
+    return NULL;
+}
+
+static ssm_status check_table(const char *path, const char *symbol, const ssm_plugin_v1 *t)
+{
+    if (t->abi_version != SSM_PLUGIN_V1_ABI_VERSION)
+        return ssm_error_set(SSM_ERR_PLUGIN,
+                             "%s: symbol %s declares plugin ABI version %u; this library "
+                             "speaks version %u",
+                             path, symbol, t->abi_version, SSM_PLUGIN_V1_ABI_VERSION);
+    if (t->struct_size < sizeof(ssm_plugin_v1))
+        return ssm_error_set(SSM_ERR_PLUGIN,
+                             "%s: symbol %s has a table of %u bytes; ABI version %u needs %zu",
+                             path, symbol, t->struct_size, t->abi_version,
+                             sizeof(ssm_plugin_v1));
+    if (!t->name || !*t->name || strlen(t->name) >= 64)
+        return ssm_error_set(SSM_ERR_PLUGIN, "%s: the plugin table has no usable name", path);
+    const char *missing = missing_method(t);
+    if (missing)
+        return ssm_error_set(SSM_ERR_PLUGIN, "%s: the plugin table lacks the method '%s'", path,
+                             missing);
+    return SSM_OK;
+}
+
+ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
+{
+    if (strlen(path) >= sizeof out->path)
+        return ssm_error_set(SSM_ERR_PLUGIN, "plugin path too long: %s", path);
+    dlerror();
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+        return ssm_error_set(SSM_ERR_PLUGIN, "cannot load plugin %s: %s", path, dlerror());
+
+    char tried[256] = "";
+    for (size_t i = 0; i < ENTRY_POINT_COUNT; i++) {
+        const char *symbol = entry_points[i].symbol;
+        void *address = dlsym(handle, symbol);
+        Dl_info info;
+        if (!address || !dladdr(address, &info) || !info.dli_fname ||
+            !same_file(info.dli_fname, path)) {
+            size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "%s%s (v%u)", used ? ", " : "", symbol,
+                     entry_points[i].version);
+            continue;
+        }
+        ssm_status status = check_table(path, symbol, (const ssm_plugin_v1 *)address);
+        if (status != SSM_OK) {
+            dlclose(handle);
+            return status;
+        }
+        out->handle = handle;
+        out->table = (const ssm_plugin_v1 *)address;
+        snprintf(out->path, sizeof out->path, "%s", path);
+        ssm_log(2, "loaded mode '%s' (mode version %u, ABI v%u) from %s", out->table->name,
+                out->table->mode_version, out->table->abi_version, path);
+        return SSM_OK;
+    }
+    dlclose(handle);
+    return ssm_error_set(SSM_ERR_PLUGIN,
+                         "%s is not an ssmstate plugin: it defines none of the entry symbols "
+                         "%s",
+                         path, tried);
+}
+
+void ssm_loader_close(ssm_loaded_plugin *plugin)
+{
+    if (plugin && plugin->handle)
+        dlclose(plugin->handle);
+    if (plugin) {
+        plugin->handle = NULL;
+        plugin->table = NULL;
+    }
+}
+
+/* Calls visit_dir(dir, user) for plugin_dir, the installed directory and each
+ * entry of $SSMSTATE_PLUGIN_PATH, in that order, until it returns nonzero. */
+static void each_dir(const char *plugin_dir, int (*visit_dir)(const char *dir, void *user),
+                     void *user)
+{
+    if (plugin_dir && *plugin_dir && visit_dir(plugin_dir, user))
+        return;
+    if (visit_dir(SSM_PLUGIN_DIR, user))
+        return;
+    const char *env = getenv("SSMSTATE_PLUGIN_PATH");
+    while (env && *env) {
+        const char *colon = strchr(env, ':');
+        size_t len = colon ? (size_t)(colon - env) : strlen(env);
+        char dir[PATH_MAX];
+        if (len > 0 && len < sizeof dir) {
+            memcpy(dir, env, len);
+            dir[len] = '\0';
+            if (visit_dir(dir, user))
+                return;
+        }
+        env = colon ? colon + 1 : NULL;
+    }
+}
+
+struct mode_search {
+    const char *mode;
+    char tried[2048];
+    char found[PATH_MAX];
+};
+
+static int look_for_mode(const char *dir, void *user)
+{
+    struct mode_search *s = user;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.so", dir, s->mode);
+    if (is_regular_file(path)) {
+        snprintf(s->found, sizeof s->found, "%s", path);
+        return 1;
+    }
+    size_t used = strlen(s->tried);
+    snprintf(s->tried + used, sizeof s->tried - used, "%s%s", used ? ", " : "", path);
+    return 0;
+}
+
+ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_loaded_plugin *out)
+{
+    struct mode_search search = {.mode = mode};
+    each_dir(plugin_dir, look_for_mode, &search);
+    if (!search.found[0])
+        return ssm_error_set(SSM_ERR_PLUGIN,
+                             "no plugin for mode '%s': tried %s (set [state] plugin_dir or "
+                             "$SSMSTATE_PLUGIN_PATH)",
+                             mode, search.tried[0] ? search.tried : "no directory");
+    ssm_loaded_plugin loaded = {0};
+    ssm_status status = ssm_loader_open_file(search.found, &loaded);
+    if (status != SSM_OK)
+        return status;
+    if (strcmp(loaded.table->name, mode) != 0) {
+        ssm_error_set(SSM_ERR_PLUGIN, "%s: file is named for mode '%s' but its table says '%s'",
+                      search.found, mode, loaded.table->name);
+        ssm_loader_close(&loaded);
+        return SSM_ERR_PLUGIN;
+    }
+    *out = loaded;
+    return SSM_OK;
+}
+
+struct file_walk {
+    int (*visit)(const char *path, void *user);
+    void *user;
+    int stopped;
+};
+
+static int walk_dir(const char *dir, void *user)
+{
+    struct file_walk *w = user;
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort);
+    if (n < 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i]->d_name;
+        size_t len = strlen(name);
+        char path[PATH_MAX];
+        if (!w->stopped && len > 3 && strcmp(name + len - 3, ".so") == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            if (is_regular_file(path) && w->visit(path, w->user))
+                w->stopped = 1;
+        }
+        free(names[i]);
+    }
+    free(names);
+    return w->stopped;
+}
+
+void ssm_loader_each_file(const char *plugin_dir, int (*visit)(const char *path, void *user),
+                          void *user)
+{
+    struct file_walk walk = {visit, user, 0};
+    each_dir(plugin_dir, walk_dir, &walk);
+}

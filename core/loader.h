@@ -1,0 +1,36 @@
+/* Finding, loading and checking mode plugins (dlopen). */
+#ifndef SSM_CORE_LOADER_H
+#define SSM_CORE_LOADER_H
+
+#include <limits.h>
+
+#include "core/internal.h"
+
+typedef struct ssm_loaded_plugin {
+    void *handle;                /* from dlopen; NULL when not loaded */
+    const ssm_plugin_v1 *table;  /* the plugin's table, checked */
+    char path[PATH_MAX];         /* the file it came from */
+} ssm_loaded_plugin;
+
+/* Loads the plugin of mode `mode`: looks for `<mode>.so` in plugin_dir (if
+ * set), then the installed plugin directory, then each directory of
+ * $SSMSTATE_PLUGIN_PATH, and loads the first file that exists. Errors
+ * (SSM_ERR_PLUGIN) name every path tried, or the file and the symbols and
+ * versions that did not fit. *out is only written on success. */
+ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_loaded_plugin *out);
+
+/* Loads one file and checks it is a plugin this library speaks: probes the
+ * entry symbols newest first, checks that the symbol lives in that file,
+ * its ABI version and table size, and that every required method is set. */
+ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out);
+
+/* Unloads; a zeroed or already closed plugin is fine. */
+void ssm_loader_close(ssm_loaded_plugin *plugin);
+
+/* Calls visit(path, user) for every `*.so` on the search path in search order
+ * (directories that do not exist are skipped). Stops early when visit
+ * returns nonzero. */
+void ssm_loader_each_file(const char *plugin_dir, int (*visit)(const char *path, void *user),
+                          void *user);
+
+#endif

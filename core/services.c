@@ -1,0 +1,118 @@
+/* The services table: what a plugin may ask of the core. Memory comes from
+ * here so the core can account for it (and, later, inject faults). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core/context.h"
+#ifdef HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define SSM_ALIGNMENT 256
+
+void *ssm_device_alloc(const ssm_device *device, size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (device->type == SSM_DEVICE_CUDA) {
+#ifdef HAVE_CUDA
+        void *ptr = NULL;
+        if (cudaSetDevice(device->index) != cudaSuccess || cudaMalloc(&ptr, bytes) != cudaSuccess)
+            return NULL;
+        if (cudaMemset(ptr, 0, bytes) != cudaSuccess) {
+            cudaFree(ptr);
+            return NULL;
+        }
+        return ptr;
+#else
+        return NULL;
+#endif
+    }
+    size_t rounded = (bytes + SSM_ALIGNMENT - 1) / SSM_ALIGNMENT * SSM_ALIGNMENT;
+    void *ptr = aligned_alloc(SSM_ALIGNMENT, rounded);
+    if (ptr)
+        memset(ptr, 0, rounded);
+    return ptr;
+}
+
+void ssm_device_free(const ssm_device *device, void *ptr)
+{
+    if (!ptr)
+        return;
+#ifdef HAVE_CUDA
+    if (device->type == SSM_DEVICE_CUDA) {
+        cudaFree(ptr);
+        return;
+    }
+#endif
+    free(ptr);
+}
+
+static const ssm_device host = {SSM_DEVICE_CPU, 0};
+
+static void service_log(void *core, int level, const char *fmt, ...)
+{
+    (void)core;
+    va_list ap;
+    va_start(ap, fmt);
+    ssm_logv(level, fmt, ap);
+    va_end(ap);
+}
+
+static ssm_status service_error(void *core, ssm_status code, const char *fmt, ...)
+{
+    ssm_ctx *ctx = core;
+    char message[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return ssm_error_set(code, "mode '%s': %s", ctx->mode ? ctx->mode->name : "?", message);
+}
+
+static void *service_alloc(void *core, size_t bytes)
+{
+    ssm_ctx *ctx = core;
+    return ssm_device_alloc(&ctx->config->device, bytes);
+}
+
+static void service_release(void *core, void *ptr)
+{
+    ssm_ctx *ctx = core;
+    ssm_device_free(&ctx->config->device, ptr);
+}
+
+static void *service_alloc_host(void *core, size_t bytes)
+{
+    (void)core;
+    return ssm_device_alloc(&host, bytes);
+}
+
+static void service_release_host(void *core, void *ptr)
+{
+    (void)core;
+    ssm_device_free(&host, ptr);
+}
+
+static void service_flag_slot(void *core, int32_t slot, uint32_t flags)
+{
+    ssm_ctx *ctx = core;
+    if (slot >= 0 && slot < ctx->capacity)
+        ctx->slot_flags[slot] |= flags;
+}
+
+void ssm_services_init(ssm_ctx *ctx, ssm_services_v1 *s)
+{
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    s->core = ctx;
+    s->log = service_log;
+    s->error = service_error;
+    s->alloc = service_alloc;
+    s->release = service_release;
+    s->alloc_host = service_alloc_host;
+    s->release_host = service_release_host;
+    s->flag_slot = service_flag_slot;
+}

@@ -1,0 +1,93 @@
+/* The slot pool: acquire, release, reset, accounting and per-slot flags. */
+#include "core/context.h"
+
+ssm_status ssm_validate_slot(const ssm_ctx *ctx, int32_t slot)
+{
+    if (slot < 0 || slot >= ctx->capacity)
+        return ssm_error_set(SSM_ERR_SLOT_RANGE, "slot %d is outside the pool [0, %d)", slot,
+                             ctx->capacity);
+    if (!ctx->slot_acquired[slot])
+        return ssm_error_set(SSM_ERR_SLOT_NOT_ACQUIRED, "slot %d is not acquired", slot);
+    return SSM_OK;
+}
+
+ssm_status ssm_slot_acquire(ssm_ctx *ctx, int32_t *slot)
+{
+    if (!ctx || !slot)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_acquire: NULL argument");
+    if (ctx->free_count == 0)
+        return ssm_error_set(SSM_ERR_POOL_EXHAUSTED, "all %d slots are in use", ctx->capacity);
+    /* Free slots are always fresh: release resets them. */
+    int32_t s = ctx->free_slots[--ctx->free_count];
+    ctx->slot_acquired[s] = 1;
+    *slot = s;
+    return SSM_OK;
+}
+
+/* Makes a slot fresh in the plugin and forgets its flags and pending verify. */
+static ssm_status make_fresh(ssm_ctx *ctx, int32_t slot, void *stream)
+{
+    ssm_status status = ctx->mode->reset_slot(ctx->instance, slot, stream);
+    if (status != SSM_OK)
+        return status;
+    ssm_tickets_drop_slot(&ctx->tickets, slot);
+    ctx->slot_flags[slot] = 0;
+    return SSM_OK;
+}
+
+ssm_status ssm_slot_reset(ssm_ctx *ctx, int32_t slot, void *stream)
+{
+    if (!ctx)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_reset: NULL context");
+    ssm_status status = ssm_validate_slot(ctx, slot);
+    return status != SSM_OK ? status : make_fresh(ctx, slot, stream);
+}
+
+ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot)
+{
+    if (!ctx)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_release: NULL context");
+    ssm_status status = ssm_validate_slot(ctx, slot);
+    if (status == SSM_OK)
+        status = make_fresh(ctx, slot, NULL);
+    if (status != SSM_OK)
+        return status;
+    ctx->slot_acquired[slot] = 0;
+    ctx->free_slots[ctx->free_count++] = slot;
+    return SSM_OK;
+}
+
+void ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out)
+{
+    out->capacity = ctx->capacity;
+    out->free = ctx->free_count;
+    out->used = ctx->capacity - ctx->free_count;
+}
+
+ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)
+{
+    if (!ctx || !out)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_ctx_status: NULL argument");
+    ssm_ctx_report report = {0, 0, -1};
+    for (int32_t s = 0; s < ctx->capacity; s++) {
+        if (!ctx->slot_flags[s])
+            continue;
+        report.flags |= ctx->slot_flags[s];
+        report.flagged_slots++;
+        if (report.first_flagged < 0)
+            report.first_flagged = s;
+    }
+    *out = report;
+    return SSM_OK;
+}
+
+ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags)
+{
+    if (!ctx || !flags)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_flags: NULL argument");
+    if (slot < 0 || slot >= ctx->capacity)
+        return ssm_error_set(SSM_ERR_SLOT_RANGE, "slot %d is outside the pool [0, %d)", slot,
+                             ctx->capacity);
+    *flags = ctx->slot_flags[slot];
+    return SSM_OK;
+}

@@ -1,0 +1,62 @@
+/* Batch validation: everything the engine passes is checked here before a
+ * plugin sees it (SPEC 6), so plugins can assume well-formed calls. */
+#include <string.h>
+
+#include "core/context.h"
+
+ssm_status ssm_validate_layer(const ssm_ctx *ctx, int32_t layer)
+{
+    if (layer < 0 || layer >= ctx->config->model.layers)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "layer %d is outside [0, %d)", layer,
+                             ctx->config->model.layers);
+    return SSM_OK;
+}
+
+ssm_status ssm_validate_rows(ssm_ctx *ctx, int32_t rows, const int32_t *slots, int allow_pending)
+{
+    if (rows < 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "batch has %d rows", rows);
+    if (rows > 0 && !slots)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "batch of %d rows has no slot array", rows);
+    /* A fresh mark per batch finds repeated slots without clearing a table. */
+    if (++ctx->row_mark == 0) {
+        memset(ctx->row_marks, 0, sizeof *ctx->row_marks * (size_t)ctx->capacity);
+        ctx->row_mark = 1;
+    }
+    for (int32_t r = 0; r < rows; r++) {
+        int32_t slot = slots[r];
+        if (slot == -1)
+            continue;
+        if (slot < 0 || slot >= ctx->capacity)
+            return ssm_error_set(SSM_ERR_SLOT_RANGE,
+                                 "row %d: slot %d is outside the pool [0, %d) and is not the "
+                                 "padding slot -1",
+                                 r, slot, ctx->capacity);
+        if (!ctx->slot_acquired[slot])
+            return ssm_error_set(SSM_ERR_SLOT_NOT_ACQUIRED, "row %d: slot %d is not acquired", r,
+                                 slot);
+        if (ctx->row_marks[slot] == ctx->row_mark)
+            return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                                 "row %d: slot %d appears twice in one batch", r, slot);
+        ctx->row_marks[slot] = ctx->row_mark;
+        if (!allow_pending && ssm_tickets_pending(&ctx->tickets, slot))
+            return ssm_error_set(SSM_ERR_VERIFY_PENDING,
+                                 "row %d: slot %d has a verify (forward %llu) that is not "
+                                 "committed yet",
+                                 r, slot, (unsigned long long)ssm_tickets_pending(&ctx->tickets, slot));
+    }
+    return SSM_OK;
+}
+
+ssm_status ssm_validate_step_data(const ssm_ctx *ctx, const ssm_layer_weights *weights,
+                                  const ssm_step_io *io)
+{
+    (void)ctx;
+    if (!weights || !weights->conv_weight || !weights->a_log || !weights->dt_bias)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "layer weights missing (conv_weight, a_log and dt_bias are required)");
+    if (!io || !io->x || !io->gate || !io->beta || !io->out)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "step tensors missing (x, gate, beta and out are required)");
+    return SSM_OK;
+}

@@ -1,0 +1,168 @@
+/* The native mode's table, life cycle and slot transfers. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/reference.h"
+#include "plugins/native/native.h"
+
+#define NATIVE_MODE_VERSION 1
+
+static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+                                      int32_t *bad_option)
+{
+    *bad_option = -1;
+    if (p->options_count > 0) {
+        *bad_option = 0;
+        snprintf(why, why_len, "unknown key (the native mode takes no options)");
+        return SSM_ERR_CONFIG;
+    }
+    if (p->device.type != SSM_DEVICE_CPU) {
+        snprintf(why, why_len, "only device = cpu is built so far");
+        return SSM_ERR_UNSUPPORTED;
+    }
+    return SSM_OK;
+}
+
+static size_t conv_bytes_per_layer(const ssm_mode_params_v1 *p)
+{
+    return (size_t)(p->model.conv_width - 1 + p->max_tokens) * ssm_conv_channels(&p->model) *
+           ssm_dtype_size(p->activation_dtype);
+}
+
+/* Host scratch: the larger of what a whole-sequence run and a single token
+ * (conv output + derived token + one head) need. */
+static int64_t scratch_floats(const ssm_model_dims *m)
+{
+    int64_t token = ssm_conv_channels(m) + ssm_ref_token_floats(m) +
+                    (int64_t)m->value_dim * m->key_dim + m->value_dim;
+    int64_t sequence = ssm_ref_sequence_scratch_floats(m);
+    return token > sequence ? token : sequence;
+}
+
+static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+{
+    size_t state = (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
+    memset(out, 0, sizeof *out);
+    out->state_bytes = (uint64_t)p->model.layers * p->max_tokens * state;
+    out->conv_bytes = (uint64_t)p->model.layers * conv_bytes_per_layer(p);
+    out->scratch_bytes = sizeof(int32_t); /* the current snapshot index */
+    out->shared_bytes = (uint64_t)scratch_floats(&p->model) * sizeof(float);
+    return SSM_OK;
+}
+
+static void native_destroy(void *instance)
+{
+    native_mode *n = instance;
+    if (!n)
+        return;
+    const ssm_services_v1 *s = n->services;
+    s->release(s->core, n->states);
+    s->release(s->core, n->conv);
+    s->release_host(s->core, n->current);
+    s->release_host(s->core, n->scratch);
+    s->release_host(s->core, n);
+}
+
+static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+                                void **instance)
+{
+    native_mode *n = s->alloc_host(s->core, sizeof *n);
+    if (!n)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    n->params = *p;
+    n->params.options = NULL;
+    n->params.options_count = 0;
+    n->services = s;
+    n->snapshots = p->max_tokens;
+    n->state_bytes = (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
+    n->conv_row_bytes = (size_t)ssm_conv_channels(&p->model) * ssm_dtype_size(p->activation_dtype);
+    n->conv_rows = p->model.conv_width - 1 + p->max_tokens;
+    size_t slot_layers = (size_t)p->capacity * p->model.layers;
+    n->states = s->alloc(s->core, slot_layers * n->snapshots * n->state_bytes);
+    n->conv = s->alloc(s->core, slot_layers * conv_bytes_per_layer(p));
+    n->current = s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
+    n->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)scratch_floats(&p->model));
+    if (!n->states || !n->conv || !n->current || !n->scratch) {
+        native_destroy(n);
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
+                        "out of memory for %d slots of %zu bytes", p->capacity,
+                        (size_t)p->model.layers *
+                            (n->snapshots * n->state_bytes + conv_bytes_per_layer(&n->params)));
+    }
+    *instance = n;
+    return SSM_OK;
+}
+
+static ssm_status native_reset_slot(void *instance, int32_t slot, void *stream)
+{
+    native_mode *n = instance;
+    int32_t layers = n->params.model.layers;
+    memset(native_state(n, slot, 0, 0), 0, (size_t)layers * n->snapshots * n->state_bytes);
+    memset(native_conv(n, slot, 0), 0, (size_t)layers * n->conv_rows * n->conv_row_bytes);
+    n->current[slot] = 0;
+    return SSM_OK;
+}
+
+static size_t window_bytes(const native_mode *n)
+{
+    return (size_t)(n->params.model.conv_width - 1) * n->conv_row_bytes;
+}
+
+static ssm_status native_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                                     void *stream)
+{
+    native_mode *n = instance;
+    for (int32_t l = 0; l < n->params.model.layers; l++) {
+        memcpy(dst->conv[l], native_conv(n, slot, l), window_bytes(n));
+        memcpy(dst->state[l], native_state(n, slot, l, n->current[slot]), n->state_bytes);
+    }
+    return SSM_OK;
+}
+
+static ssm_status native_import_slot(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                                     void *stream)
+{
+    native_mode *n = instance;
+    native_reset_slot(n, slot, stream);
+    for (int32_t l = 0; l < n->params.model.layers; l++) {
+        memcpy(native_conv(n, slot, l), src->conv[l], window_bytes(n));
+        memcpy(native_state(n, slot, l, 0), src->state[l], n->state_bytes);
+    }
+    return SSM_OK;
+}
+
+static ssm_status native_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
+{
+    native_mode *n = instance;
+    if (src == dst)
+        return SSM_OK;
+    int32_t from = n->current[src];
+    native_reset_slot(n, dst, stream);
+    for (int32_t l = 0; l < n->params.model.layers; l++) {
+        memcpy(native_conv(n, dst, l), native_conv(n, src, l), window_bytes(n));
+        memcpy(native_state(n, dst, l, 0), native_state(n, src, l, from), n->state_bytes);
+    }
+    return SSM_OK;
+}
+
+SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
+    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v1),
+    .name = "native",
+    .mode_version = NATIVE_MODE_VERSION,
+    .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
+                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
+    .check_config = native_check_config,
+    .plan = native_plan,
+    .create = native_create,
+    .destroy = native_destroy,
+    .reset_slot = native_reset_slot,
+    .prefill = native_prefill,
+    .decode = native_decode,
+    .verify = native_verify,
+    .commit = native_commit,
+    .export_slot = native_export_slot,
+    .import_slot = native_import_slot,
+    .copy_slot = native_copy_slot,
+    .materialize = NULL,
+};

@@ -1,0 +1,46 @@
+/* The native mode (SPEC 3.2): per slot, one full state per verify position
+ * (1 + max draft) and the index of the current one. Verify writes the state
+ * after token t into snapshot t; commit of a makes snapshot a-1 current
+ * without copying; decode updates the current snapshot in place.
+ *
+ * The conv window of each (slot, layer) is kept with a tail: W-1 window rows
+ * followed by T_max rows where a verify puts its inputs, so a commit of any
+ * accepted length is a shift of the buffer and never loses a bit. */
+#ifndef SSM_NATIVE_H
+#define SSM_NATIVE_H
+
+#include "ssmstate/plugin.h"
+
+typedef struct native_mode {
+    ssm_mode_params_v1 params;     /* options pointer cleared: not kept */
+    const ssm_services_v1 *services;
+    int32_t snapshots;             /* 1 + max draft */
+    size_t state_bytes;            /* one layer's [HV][V][K] in the state dtype */
+    size_t conv_row_bytes;         /* one conv input row [D] in the activation dtype */
+    int32_t conv_rows;             /* W - 1 + T_max */
+    uint8_t *states;               /* [capacity][layers][snapshots][state] */
+    uint8_t *conv;                 /* [capacity][layers][conv_rows][D] */
+    int32_t *current;              /* [capacity] current snapshot */
+    float *scratch;                /* host scratch for the reference kernels */
+} native_mode;
+
+static inline uint8_t *native_state(const native_mode *n, int32_t slot, int32_t layer,
+                                    int32_t snapshot)
+{
+    size_t index = ((size_t)slot * n->params.model.layers + layer) * n->snapshots + snapshot;
+    return n->states + index * n->state_bytes;
+}
+
+static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t layer)
+{
+    size_t index = (size_t)slot * n->params.model.layers + layer;
+    return n->conv + index * n->conv_rows * n->conv_row_bytes;
+}
+
+/* The step methods (native_step.c). */
+ssm_status native_prefill(void *instance, const ssm_step_v1 *step);
+ssm_status native_decode(void *instance, const ssm_step_v1 *step);
+ssm_status native_verify(void *instance, const ssm_step_v1 *step);
+ssm_status native_commit(void *instance, const ssm_commit_v1 *commit);
+
+#endif

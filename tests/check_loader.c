@@ -1,0 +1,208 @@
+/* Plugin discovery and loading: every way a plugin can be missing or wrong
+ * gives one clear error naming the path, the symbol and the versions, and
+ * leaves nothing behind. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "core/loader.h"
+#include "tests/runner.h"
+#include "tests/testutil.h"
+
+static const char *test_plugin_dir(void)
+{
+    const char *dir = getenv("SSM_TEST_PLUGIN_DIR");
+    ck_assert_msg(dir != NULL, "SSM_TEST_PLUGIN_DIR is not set (run through make check)");
+    return dir;
+}
+
+#define ck_assert_error_has(needle)                                                           \
+    ck_assert_msg(strstr(ssm_last_error(), (needle)) != NULL, "error '%s' lacks '%s'",        \
+                  ssm_last_error(), (needle))
+
+START_TEST(test_missing_plugin_names_paths)
+{
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_mode("nosuch", "/nonexistent-dir", &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has("no plugin for mode 'nosuch'");
+    ck_assert_error_has("/nonexistent-dir/nosuch.so");
+    ck_assert_ptr_null(p.handle);
+}
+END_TEST
+
+START_TEST(test_wrong_abi_refused)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/wrong_abi.so", test_plugin_dir());
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has(path);
+    ck_assert_error_has("ssm_plugin_entry_v1");
+    ck_assert_error_has("ABI version 99");
+    ck_assert_error_has("speaks version 1");
+    ck_assert_ptr_null(p.handle);
+}
+END_TEST
+
+START_TEST(test_library_without_symbol_refused)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/no_symbol.so", test_plugin_dir());
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has("is not an ssmstate plugin");
+    ck_assert_error_has("ssm_plugin_entry_v1 (v1)");
+    ck_assert_error_has(path);
+}
+END_TEST
+
+START_TEST(test_not_a_library_refused)
+{
+    char dir[] = "/tmp/ssm-loader-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/textfile.so", dir);
+    FILE *f = fopen(path, "w");
+    fputs("this is not an ELF file\n", f);
+    fclose(f);
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_mode("textfile", dir, &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has("cannot load plugin");
+    ck_assert_error_has(path);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_native_found_on_env_path)
+{
+    ssm_loaded_plugin p = {0};
+    ck_assert_msg(ssm_loader_open_mode("native", NULL, &p) == SSM_OK, "%s", ssm_last_error());
+    ck_assert_str_eq(p.table->name, "native");
+    ck_assert_uint_eq(p.table->abi_version, SSM_PLUGIN_V1_ABI_VERSION);
+    ck_assert_ptr_nonnull(strstr(p.path, "native.so"));
+    ssm_loader_close(&p);
+    ck_assert_ptr_null(p.handle);
+    ssm_loader_close(&p); /* closing twice is harmless */
+}
+END_TEST
+
+START_TEST(test_load_unload_cycles)
+{
+    for (int i = 0; i < 200; i++) {
+        ssm_loaded_plugin p = {0};
+        ck_assert_int_eq(ssm_loader_open_mode("native", NULL, &p), SSM_OK);
+        ssm_loader_close(&p);
+    }
+}
+END_TEST
+
+START_TEST(test_list_reports_good_and_bad)
+{
+    ssm_plugin_info info[32];
+    int32_t count = 0;
+    ck_assert_int_eq(ssm_plugins_list(test_plugin_dir(), info, 32, &count), SSM_OK);
+    int native = 0, wrong = 0, nosym = 0;
+    for (int32_t i = 0; i < count && i < 32; i++) {
+        if (strcmp(info[i].name, "native") == 0 && info[i].status == SSM_OK)
+            native = info[i].abi_version == 1 && (info[i].capabilities & SSM_CAP_CPU);
+        if (strcmp(info[i].name, "wrong_abi") == 0)
+            wrong = info[i].status == SSM_ERR_PLUGIN && strstr(info[i].error, "99") != NULL;
+        if (strcmp(info[i].name, "no_symbol") == 0)
+            nosym = info[i].status == SSM_ERR_PLUGIN;
+    }
+    ck_assert_msg(native && wrong && nosym, "native %d wrong_abi %d no_symbol %d of %d listed",
+                  native, wrong, nosym, count);
+}
+END_TEST
+
+static const char *model_text =
+    "[model]\nkind = gdn\nlayers = 1\nheads = 1\nvalue_heads = 2\nkey_dim = 8\n"
+    "value_dim = 8\nconv_width = 4\n";
+
+/* Creates a context from INI text; returns the status, asserting *out is
+ * left alone on failure. */
+static ssm_status create_from_text(const char *state_and_more)
+{
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s", model_text, state_and_more);
+    ssm_config *config = NULL;
+    ck_assert_msg(ssm_config_parse_text(text, "test.ini", &config) == SSM_OK, "%s",
+                  ssm_last_error());
+    ssm_ctx *ctx = (ssm_ctx *)0x1;
+    ssm_status status = ssm_ctx_create(config, &ctx);
+    if (status == SSM_OK)
+        ssm_ctx_destroy(ctx);
+    else
+        ck_assert_ptr_eq(ctx, (ssm_ctx *)0x1);
+    ssm_config_free(config);
+    return status;
+}
+
+START_TEST(test_context_with_wrong_abi_mode)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "[state]\nmode = wrong_abi\nstate_dtype = f32\nmax_requests = 1\n"
+             "plugin_dir = %s\n", test_plugin_dir());
+    ck_assert_int_eq(create_from_text(text), SSM_ERR_PLUGIN);
+    ck_assert_error_has("ABI version 99");
+}
+END_TEST
+
+START_TEST(test_context_with_missing_mode)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = nosuch\nstate_dtype = f32\nmax_requests = 1\n"),
+                     SSM_ERR_PLUGIN);
+    ck_assert_error_has("no plugin for mode 'nosuch'");
+}
+END_TEST
+
+START_TEST(test_unknown_section_is_config_error)
+{
+    /* [model] is 8 lines; [state] starts at line 9, [typo] at line 13. */
+    ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n"
+                                      "[typo]\nx = 1\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:13: unknown section [typo]");
+}
+END_TEST
+
+START_TEST(test_mode_option_checked_by_plugin)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n"
+                                      "[native]\nspeed = fast\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:14: [native] speed:");
+}
+END_TEST
+
+START_TEST(test_good_context)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = bf16\nmax_requests = 2\n"),
+                     SSM_OK);
+}
+END_TEST
+
+Suite *make_suite(void)
+{
+    Suite *s = suite_create("loader");
+    TCase *files = tcase_create("files");
+    tcase_add_test(files, test_missing_plugin_names_paths);
+    tcase_add_test(files, test_wrong_abi_refused);
+    tcase_add_test(files, test_library_without_symbol_refused);
+    tcase_add_test(files, test_not_a_library_refused);
+    tcase_add_test(files, test_native_found_on_env_path);
+    tcase_add_test(files, test_load_unload_cycles);
+    tcase_add_test(files, test_list_reports_good_and_bad);
+    suite_add_tcase(s, files);
+    TCase *contexts = tcase_create("contexts");
+    tcase_add_test(contexts, test_context_with_wrong_abi_mode);
+    tcase_add_test(contexts, test_context_with_missing_mode);
+    tcase_add_test(contexts, test_unknown_section_is_config_error);
+    tcase_add_test(contexts, test_mode_option_checked_by_plugin);
+    tcase_add_test(contexts, test_good_context);
+    suite_add_tcase(s, contexts);
+    return s;
+}

@@ -1,0 +1,233 @@
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/reference.h"
+#include "tests/testutil.h"
+
+uint64_t test_seed(void)
+{
+    static uint64_t seed;
+    static int have;
+    if (!have) {
+        const char *env = getenv("SSM_TEST_SEED");
+        if (env && *env) {
+            seed = strtoull(env, NULL, 0);
+        } else {
+            FILE *f = fopen("/dev/urandom", "rb");
+            if (!f || fread(&seed, sizeof seed, 1, f) != 1)
+                seed = 0x5eed;
+            if (f)
+                fclose(f);
+        }
+        have = 1;
+        fprintf(stderr, "# test seed: SSM_TEST_SEED=%llu\n", (unsigned long long)seed);
+    }
+    return seed;
+}
+
+void test_rng_init(test_rng *r, uint64_t seed)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    r->s = (z ^ (z >> 31)) | 1;
+}
+
+uint64_t test_rng_next(test_rng *r)
+{
+    uint64_t x = r->s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    r->s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+double test_rng_uniform(test_rng *r)
+{
+    return (double)(test_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double test_rng_normal(test_rng *r)
+{
+    double u1 = test_rng_uniform(r), u2 = test_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int32_t test_rng_int(test_rng *r, int32_t lo, int32_t hi)
+{
+    return lo + (int32_t)(test_rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+void test_fill_normal(test_rng *r, void *dst, ssm_dtype t, int64_t n, double mean, double std)
+{
+    for (int64_t i = 0; i < n; i++)
+        ssm_ref_store(dst, t, i, (float)(mean + std * test_rng_normal(r)));
+}
+
+void test_weights_make(test_rng *r, const ssm_model_dims *m, int with_bias, test_weights *out)
+{
+    int64_t d = ssm_conv_channels(m), w = m->conv_width;
+    int64_t dt_n = m->kind == SSM_MODEL_KDA ? (int64_t)m->value_heads * m->key_dim : m->value_heads;
+    memset(out, 0, sizeof *out);
+    out->conv_weight = malloc(sizeof(float) * d * w);
+    out->a_log = malloc(sizeof(float) * m->value_heads);
+    out->dt_bias = malloc(sizeof(float) * dt_n);
+    test_fill_normal(r, out->conv_weight, SSM_DTYPE_F32, d * w, 0.0, 1.0 / sqrt((double)w));
+    if (with_bias) {
+        out->conv_bias = malloc(sizeof(float) * d);
+        test_fill_normal(r, out->conv_bias, SSM_DTYPE_F32, d, 0.0, 0.1);
+    }
+    for (int32_t h = 0; h < m->value_heads; h++)
+        out->a_log[h] = (float)log(1.0 + 15.0 * test_rng_uniform(r));
+    test_fill_normal(r, out->dt_bias, SSM_DTYPE_F32, dt_n, -2.0, 0.5);
+    out->w.conv_weight = out->conv_weight;
+    out->w.conv_bias = out->conv_bias;
+    out->w.a_log = out->a_log;
+    out->w.dt_bias = out->dt_bias;
+}
+
+void test_weights_free(test_weights *tw)
+{
+    free(tw->conv_weight);
+    free(tw->conv_bias);
+    free(tw->a_log);
+    free(tw->dt_bias);
+    memset(tw, 0, sizeof *tw);
+}
+
+void test_io_make(test_rng *r, const ssm_model_dims *m, ssm_dtype act, int64_t n, test_io *out)
+{
+    size_t es = ssm_dtype_size(act);
+    int64_t d = ssm_conv_channels(m), gw = ssm_gate_width(m);
+    int64_t ow = (int64_t)m->value_heads * m->value_dim;
+    int64_t nn = n > 0 ? n : 1;
+    memset(out, 0, sizeof *out);
+    out->tokens = n;
+    out->x = malloc(es * nn * d);
+    out->gate = malloc(es * nn * gw);
+    out->beta = malloc(es * nn * m->value_heads);
+    out->out = calloc((size_t)(nn * ow), es);
+    test_fill_normal(r, out->x, act, n * d, 0.0, 1.0);
+    test_fill_normal(r, out->gate, act, n * gw, 0.0, 1.0);
+    test_fill_normal(r, out->beta, act, n * m->value_heads, 0.0, 1.5);
+    out->io.x = out->x;
+    out->io.gate = out->gate;
+    out->io.beta = out->beta;
+    out->io.out = out->out;
+}
+
+void test_io_free(test_io *t)
+{
+    free(t->x);
+    free(t->gate);
+    free(t->beta);
+    free(t->out);
+    memset(t, 0, sizeof *t);
+}
+
+double test_rel_rms(const void *a, ssm_dtype ta, const void *b, ssm_dtype tb, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = ssm_ref_load(a, ta, i), y = ssm_ref_load(b, tb, i);
+        if (!isfinite(x) || !isfinite(y))
+            return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if (den == 0)
+        return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+
+double test_rel_rms_f64(const void *a, ssm_dtype ta, const double *ref, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = ssm_ref_load(a, ta, i), y = ref[i];
+        if (!isfinite(x) || !isfinite(y))
+            return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    if (den == 0)
+        return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+
+int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n)
+{
+    return memcmp(a, b, ssm_dtype_size(t) * (size_t)n) == 0;
+}
+
+void test_random_dims(test_rng *r, ssm_model_kind kind, int gva, ssm_model_dims *m)
+{
+    static const int32_t dims[] = {8, 16, 24, 32};
+    memset(m, 0, sizeof *m);
+    m->kind = kind;
+    m->layers = test_rng_int(r, 1, 3);
+    m->heads = test_rng_int(r, 1, 3);
+    m->value_heads = m->heads * (gva ? test_rng_int(r, 2, 3) : 1);
+    m->key_dim = dims[test_rng_int(r, 0, 3)];
+    m->value_dim = dims[test_rng_int(r, 0, 3)];
+    m->conv_width = test_rng_int(r, 2, 4);
+    if (kind == SSM_MODEL_KDA && test_rng_int(r, 0, 1)) {
+        m->has_lower_bound = 1;
+        m->lower_bound = -5.0f;
+    }
+}
+
+void test_config(ssm_config *c, const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                 ssm_dtype act, int32_t capacity, int32_t max_draft)
+{
+    ssm_config_defaults(c);
+    c->model = *m;
+    c->mode = mode;
+    c->state_dtype = state;
+    c->activation_dtype = act;
+    c->max_requests = capacity;
+    c->max_draft_tokens = max_draft;
+}
+
+ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out)
+{
+    const ssm_config *c = ssm_ctx_config(ctx);
+    memset(out, 0, sizeof *out);
+    out->layers = c->model.layers;
+    out->conv_bytes = (size_t)ssm_ref_window_elems(&c->model) * ssm_dtype_size(c->activation_dtype);
+    out->state_bytes = (size_t)ssm_ref_state_elems(&c->model) * ssm_dtype_size(c->state_dtype);
+    out->conv = calloc((size_t)out->layers, sizeof(void *));
+    out->state = calloc((size_t)out->layers, sizeof(void *));
+    for (int32_t l = 0; l < out->layers; l++) {
+        out->conv[l] = calloc(1, out->conv_bytes + 1);
+        out->state[l] = calloc(1, out->state_bytes);
+    }
+    return ssm_slot_export_canonical(ctx, slot, out->conv, out->state, NULL);
+}
+
+int test_snapshot_equal(const test_snapshot *a, const test_snapshot *b)
+{
+    if (a->layers != b->layers || a->conv_bytes != b->conv_bytes || a->state_bytes != b->state_bytes)
+        return 0;
+    for (int32_t l = 0; l < a->layers; l++)
+        if (memcmp(a->conv[l], b->conv[l], a->conv_bytes) != 0 ||
+            memcmp(a->state[l], b->state[l], a->state_bytes) != 0)
+            return 0;
+    return 1;
+}
+
+void test_snapshot_free(test_snapshot *s)
+{
+    for (int32_t l = 0; l < s->layers; l++) {
+        free(s->conv[l]);
+        free(s->state[l]);
+    }
+    free(s->conv);
+    free(s->state);
+    memset(s, 0, sizeof *s);
+}

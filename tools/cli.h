@@ -1,0 +1,38 @@
+/* The `ssmstate` command: one function per subcommand, and the few helpers
+ * they share (error reporting, byte formatting). */
+#ifndef SSM_TOOLS_CLI_H
+#define SSM_TOOLS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssmstate/ssmstate.h"
+
+/* Exit codes of every subcommand (issue 2, item 6). */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_CHECK_FAILED = 1, /* `run`: an output or state broke SPEC 3.5 */
+    CLI_EXIT_USAGE = 2         /* bad usage, config, plugin, or a library error */
+};
+
+/* Subcommands: argv[0] is the subcommand's name; they return an exit code. */
+int cmd_plugins(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+
+/* Prints "ssmstate: <message>" as one line on stderr; returns CLI_EXIT_USAGE
+ * so error paths read `return cli_fail(...)`. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* cli_fail with the library's ssm_last_error() as the message. */
+int cli_fail_library(void);
+
+/* Every plugin ssm_plugins_list() finds from plugin_dir (NULL: the default
+ * path), in a calloc'ed array the caller frees. Returns CLI_EXIT_OK, or an
+ * exit code after printing the error. */
+int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *count);
+
+/* "12345 B", "1.50 KiB", "2.00 MiB", "3.25 GiB" into buf; returns buf. */
+const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len);
+
+#endif

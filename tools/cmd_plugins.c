@@ -1,0 +1,113 @@
+/* `ssmstate plugins [--plugin-dir DIR]`: what the loader finds on the search
+ * path, so an operator can see which modes a config may name and why a
+ * plugin is refused. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssmstate/plugin.h"
+#include "ssmstate/ssmstate.h"
+#include "cli.h"
+
+/* Writes the SSM_CAP_* bits as "cpu,cuda,gdn,..." (unknown bits as hex). */
+static const char *format_capabilities(uint64_t caps, char *buf, size_t len)
+{
+    static const struct {
+        uint64_t bit;
+        const char *name;
+    } names[] = {
+        {SSM_CAP_CPU, "cpu"},           {SSM_CAP_CUDA, "cuda"},
+        {SSM_CAP_GDN, "gdn"},           {SSM_CAP_KDA, "kda"},
+        {SSM_CAP_STATE_F32, "state-f32"}, {SSM_CAP_STATE_BF16, "state-bf16"},
+        {SSM_CAP_ACT_F32, "act-f32"},   {SSM_CAP_ACT_BF16, "act-bf16"},
+        {SSM_CAP_PAGES, "pages"},
+    };
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(caps & names[i].bit))
+            continue;
+        caps &= ~names[i].bit;
+        used += snprintf(buf + used, used < len ? len - used : 0, "%s%s", used ? "," : "",
+                         names[i].name);
+    }
+    if (caps)
+        snprintf(buf + used, used < len ? len - used : 0, "%s0x%llx", used ? "," : "",
+                 (unsigned long long)caps);
+    else if (!used)
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *count)
+{
+    /* A first guess of the size; asked again when more plugins are found. */
+    int32_t capacity = 16;
+    for (;;) {
+        ssm_plugin_info *infos = calloc((size_t)capacity, sizeof *infos);
+        int32_t found = 0;
+        if (!infos)
+            return cli_fail("out of memory");
+        if (ssm_plugins_list(plugin_dir, infos, capacity, &found) != SSM_OK) {
+            free(infos);
+            return cli_fail_library();
+        }
+        if (found <= capacity) {
+            *out = infos;
+            *count = found;
+            return CLI_EXIT_OK;
+        }
+        free(infos);
+        capacity = found;
+    }
+}
+
+static int usage(void)
+{
+    return cli_fail("usage: ssmstate plugins [--plugin-dir DIR]");
+}
+
+int cmd_plugins(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"plugin-dir", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *plugin_dir = NULL;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "d:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'd': plugin_dir = optarg; break;
+        case 'h': printf("usage: ssmstate plugins [--plugin-dir DIR]\n"); return CLI_EXIT_OK;
+        default: return usage();
+        }
+    }
+    if (optind != argc)
+        return usage();
+
+    ssm_plugin_info *infos = NULL;
+    int32_t listed = 0;
+    int exit_code = cli_list_plugins(plugin_dir, &infos, &listed);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+
+    if (listed == 0)
+        printf("no plugins found (search path: --plugin-dir, the installed plugin directory, "
+               "$SSMSTATE_PLUGIN_PATH)\n");
+    else
+        printf("%-10s %-4s %-5s %-6s %-48s %s\n", "name", "abi", "mode", "status",
+               "capabilities", "path");
+    for (int32_t i = 0; i < listed; i++) {
+        const ssm_plugin_info *p = &infos[i];
+        char caps[256];
+        printf("%-10s %-4u %-5u %-6s %-48s %s\n", p->name[0] ? p->name : "?", p->abi_version,
+               p->mode_version, p->status == SSM_OK ? "ok" : "error",
+               format_capabilities(p->capabilities, caps, sizeof caps), p->path);
+        if (p->status != SSM_OK)
+            printf("           %s: %s\n", ssm_status_name(p->status), p->error);
+    }
+    free(infos);
+    return CLI_EXIT_OK;
+}

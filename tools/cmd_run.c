@@ -1,0 +1,97 @@
+/* `ssmstate run CONFIG [--dump DIR] [--quiet]`: the simulated serving
+ * session, its summary, and the verdict as the exit code. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "ssmstate/ssmstate.h"
+#include "cli.h"
+#include "session.h"
+
+static void print_summary(const ssm_config *c, const ssm_plan *plan, const char *plugin_path,
+                          const session_summary *s, int pass)
+{
+    const int64_t tokens = s->prefill_tokens + s->accepted_tokens;
+    char a[32], b[32];
+    printf("session     mode %s (%s), %s %d layers, state %s, activations %s\n", c->mode,
+           plugin_path, ssm_model_kind_name(c->model.kind), c->model.layers,
+           ssm_dtype_name(c->state_dtype), ssm_dtype_name(c->activation_dtype));
+    printf("requests    %d (at most %d at once, slots reused)\n", s->requests, s->lanes);
+    printf("forwards    %lld\n", (long long)s->forwards);
+    printf("prefill     %lld tokens\n", (long long)s->prefill_tokens);
+    if (s->tokens_per_row > 1)
+        printf("verify      %lld rows, %lld tokens (T = %d), %lld padding rows\n",
+               (long long)s->rounds, (long long)s->round_tokens, s->tokens_per_row,
+               (long long)s->padding_rows);
+    else
+        printf("decode      %lld rows, %lld padding rows\n", (long long)s->rounds,
+               (long long)s->padding_rows);
+    printf("accepted    %lld tokens, mean accepted length %.2f\n", (long long)s->accepted_tokens,
+           s->rounds ? (double)s->accepted_tokens / (double)s->rounds : 0.0);
+    printf("wall time   %.3f s (library calls %.3f s; the rest is mostly the reference check)\n",
+           s->wall_seconds, s->library_seconds);
+    printf("tokens/s    %.0f (prefill + accepted tokens over wall time; %.0f over library time)\n",
+           s->wall_seconds > 0 ? (double)tokens / s->wall_seconds : 0.0,
+           s->library_seconds > 0 ? (double)tokens / s->library_seconds : 0.0);
+    printf("state       %s per request (plan bytes per slot), pool %s\n",
+           cli_format_bytes(plan->bytes_per_slot, a, sizeof a),
+           cli_format_bytes(plan->pool_bytes, b, sizeof b));
+    printf("checked     %lld output blocks against the CPU reference (bound: %s), "
+           "%lld final states\n",
+           (long long)s->output_blocks, s->bound, (long long)s->final_states);
+    printf("max error   outputs: relative RMS %.3g", s->max_rel_error);
+    if (c->activation_dtype == SSM_DTYPE_BF16 && c->state_dtype == SSM_DTYPE_F32)
+        printf(", %lld bf16 ulp", (long long)s->max_ulps);
+    printf("; final states: relative RMS %.3g\n", s->max_state_rel_error);
+    if (s->violations)
+        printf("violations  %lld; first: %s\n", (long long)s->violations, s->first_violation);
+    if (s->status_flags)
+        printf("flags       ssm_ctx_status reports flags 0x%x\n", s->status_flags);
+    printf("verdict     %s\n", pass ? "PASS" : "FAIL");
+}
+
+static int usage(void)
+{
+    return cli_fail("usage: ssmstate run CONFIG [--dump DIR] [--quiet]");
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"dump", required_argument, NULL, 'd'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    session_options opt = {NULL, 1};
+    int o;
+    while ((o = getopt_long(argc, argv, "d:qh", options, NULL)) != -1) {
+        switch (o) {
+        case 'd': opt.dump_dir = optarg; break;
+        case 'q': opt.show_progress = 0; break;
+        case 'h': printf("usage: ssmstate run CONFIG [--dump DIR] [--quiet]\n"); return CLI_EXIT_OK;
+        default: return usage();
+        }
+    }
+    if (optind != argc - 1)
+        return usage();
+
+    ssm_ctx *ctx = NULL;
+    if (ssm_ctx_create_from_file(argv[optind], &ctx) != SSM_OK)
+        return cli_fail_library();
+    ssm_plan plan;
+    if (ssm_ctx_plan(ctx, &plan) != SSM_OK) {
+        ssm_ctx_destroy(ctx);
+        return cli_fail_library();
+    }
+    session_summary summary;
+    int exit_code = session_run(ctx, &opt, &summary);
+    if (exit_code == CLI_EXIT_OK) {
+        int pass = summary.violations == 0 && summary.status_flags == 0 &&
+                   !isnan(summary.max_rel_error);
+        print_summary(ssm_ctx_config(ctx), &plan, ssm_ctx_plugin_path(ctx), &summary, pass);
+        exit_code = pass ? CLI_EXIT_OK : CLI_EXIT_CHECK_FAILED;
+    }
+    ssm_ctx_destroy(ctx);
+    return exit_code;
+}

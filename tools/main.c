@@ -1,0 +1,84 @@
+/* Entry point of the `ssmstate` command: dispatches to a subcommand and holds
+ * the helpers the subcommands share. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ssmstate/ssmstate.h"
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: ssmstate <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  plugins [--plugin-dir DIR]          list the state-mode plugins found\n"
+    "  check CONFIG                        validate a config and print its plan\n"
+    "  run CONFIG [--dump DIR] [--quiet]   simulate a serving session and check\n"
+    "                                      every output against the CPU reference\n"
+    "\n"
+    "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ssmstate: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_fail_library(void)
+{
+    const char *message = ssm_last_error();
+    return cli_fail("%s", message[0] ? message : "unknown error");
+}
+
+const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+        return buf;
+    }
+    double value = (double)bytes / 1024.0;
+    size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0;
+        unit++;
+    }
+    snprintf(buf, len, "%.2f %s", value, units[unit]);
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } commands[] = {
+        {"plugins", cmd_plugins},
+        {"check", cmd_check},
+        {"run", cmd_run},
+    };
+
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(usage_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("ssmstate %d.%d.%d\n", SSMSTATE_VERSION_MAJOR, SSMSTATE_VERSION_MINOR,
+               SSMSTATE_VERSION_PATCH);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    cli_fail("unknown command '%s' (try 'ssmstate --help')", argv[1]);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,589 @@
+/* The simulated serving session (see session.h).
+ *
+ * Each loop iteration is one forward of the engine: free slots go to waiting
+ * requests; then, layer by layer, one varlen prefill batch carries the next
+ * prompt chunk of every request still in its prompt, and one decode (no
+ * drafts) or verify batch carries a round of every request past its prompt;
+ * after the last layer one commit keeps each round's accepted tokens. Every
+ * row's outputs are compared with the reference shadow right after the call
+ * (the CPU path runs to completion), and finished requests hand their slot
+ * back. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/reference.h"
+#include "cli.h"
+#include "dump.h"
+#include "progress.h"
+#include "session.h"
+#include "shadow.h"
+#include "synth.h"
+
+/* A request of the workload. `committed` counts its tokens so far and is
+ * also the position of its next token: prompt tokens are 0 .. prompt-1,
+ * decode tokens follow. */
+typedef struct request {
+    int32_t id;
+    int32_t prompt_tokens;
+    int32_t committed;
+    int32_t rounds;
+    int32_t slot;
+    int32_t lane;
+    int32_t *accepted; /* [decode_steps]: accepted length of each round */
+} request;
+
+/* One row of this forward's prefill or round batch. */
+typedef struct batch_row {
+    request *req;   /* NULL: a padding row (slot -1) */
+    int32_t tokens; /* prompt chunk, or T */
+    int32_t keep;   /* tokens the row commits: the chunk, or the accepted length */
+} batch_row;
+
+/* The rows of one batch and their caller-owned metadata. */
+typedef struct batch_rows {
+    batch_row *rows;
+    int32_t count;
+    int32_t *slots;   /* [count] */
+    int32_t *offsets; /* [count+1] first token of each row in the tensors */
+    int32_t *accepted;/* [count] rounds only */
+} batch_rows;
+
+typedef struct session {
+    ssm_ctx *ctx;
+    const ssm_config *config;
+    ssm_model_dims model;
+    ssm_dtype act, state_dtype;
+    int32_t lanes, tokens_per_row;
+    int64_t max_committed; /* longest request: prompt_max + decode_steps * T */
+    session_summary *sum;
+
+    synth_weights weights;
+    shadow *shadow;
+    dump *dump;
+
+    request *requests;
+    int32_t *accepted_history;
+    request **lane_request; /* [lanes], NULL when free */
+    int32_t next_request, finished;
+
+    /* Batch buffers, allocated once and shared by prefill and rounds (the
+     * CPU path finishes each call before the next fills them). */
+    batch_rows prefill, round;
+    void *x, *gate, *beta, *out;
+
+    /* Finishing a request: the exported canonical form of every layer. */
+    void **export_window, **export_state;
+
+    /* Dump only: the library's outputs of each lane's committed tokens
+     * [lanes][layers][max_committed][HV*V], and float32 staging. */
+    float *lane_outputs;
+    float *stage_x, *stage_gate, *stage_beta, *stage_state, *stage_window;
+    void *one_x, *one_gate, *one_beta;
+} session;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int request_done(const session *s, const request *req)
+{
+    return req->committed >= req->prompt_tokens &&
+           req->rounds >= s->config->workload.decode_steps;
+}
+
+/* ------------------------------------------------------------- set up */
+
+/* calloc that remembers a failure, so set-up checks once at the end. */
+static void *take(int *ok, size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+static void take_rows(int *ok, batch_rows *b, int32_t rows)
+{
+    b->rows = take(ok, (size_t)rows, sizeof *b->rows);
+    b->slots = take(ok, (size_t)rows, sizeof *b->slots);
+    b->offsets = take(ok, (size_t)rows + 1, sizeof *b->offsets);
+    b->accepted = take(ok, (size_t)rows, sizeof *b->accepted);
+}
+
+static void free_rows(batch_rows *b)
+{
+    free(b->rows);
+    free(b->slots);
+    free(b->offsets);
+    free(b->accepted);
+}
+
+static void free_layer_buffers(void **buffers, int32_t layers)
+{
+    for (int32_t l = 0; buffers && l < layers; l++)
+        free(buffers[l]);
+    free(buffers);
+}
+
+static void session_free(session *s)
+{
+    synth_weights_destroy(&s->weights);
+    shadow_destroy(s->shadow);
+    free(s->requests);
+    free(s->accepted_history);
+    free(s->lane_request);
+    free_rows(&s->prefill);
+    free_rows(&s->round);
+    free(s->x);
+    free(s->gate);
+    free(s->beta);
+    free(s->out);
+    free_layer_buffers(s->export_window, s->model.layers);
+    free_layer_buffers(s->export_state, s->model.layers);
+    free(s->lane_outputs);
+    free(s->stage_x);
+    free(s->stage_gate);
+    free(s->stage_beta);
+    free(s->stage_state);
+    free(s->stage_window);
+    free(s->one_x);
+    free(s->one_gate);
+    free(s->one_beta);
+}
+
+static int allocate_buffers(session *s, int dumping)
+{
+    const ssm_model_dims *m = &s->model;
+    const ssm_workload *w = &s->config->workload;
+    const size_t as = ssm_dtype_size(s->act), ss = ssm_dtype_size(s->state_dtype);
+    const size_t d = (size_t)ssm_conv_channels(m), gw = (size_t)ssm_gate_width(m);
+    const size_t hv = (size_t)m->value_heads, out_width = hv * (size_t)m->value_dim;
+    const size_t window = (size_t)ssm_ref_window_elems(m), state = (size_t)ssm_ref_state_elems(m);
+    const int64_t prefill_tokens = (int64_t)s->lanes * w->prefill_chunk;
+    const int64_t round_tokens = ((int64_t)s->lanes + 1) * s->tokens_per_row;
+    const size_t tokens = (size_t)(prefill_tokens > round_tokens ? prefill_tokens : round_tokens);
+    int ok = 1;
+
+    s->requests = take(&ok, (size_t)w->requests, sizeof *s->requests);
+    s->accepted_history = take(&ok, (size_t)w->requests * (size_t)w->decode_steps, sizeof(int32_t));
+    s->lane_request = take(&ok, (size_t)s->lanes, sizeof *s->lane_request);
+    take_rows(&ok, &s->prefill, s->lanes);
+    take_rows(&ok, &s->round, s->lanes + 1); /* + a padding row */
+    s->x = take(&ok, tokens * d, as);
+    s->gate = take(&ok, tokens * gw, as);
+    s->beta = take(&ok, tokens * hv, as);
+    s->out = take(&ok, tokens * out_width, as);
+    s->export_window = take(&ok, (size_t)m->layers, sizeof(void *));
+    s->export_state = take(&ok, (size_t)m->layers, sizeof(void *));
+    for (int32_t l = 0; ok && l < m->layers; l++) {
+        s->export_window[l] = take(&ok, window, as);
+        s->export_state[l] = take(&ok, state, ss);
+    }
+    if (dumping) {
+        const size_t n = (size_t)s->max_committed;
+        s->lane_outputs = take(&ok, (size_t)s->lanes * (size_t)m->layers * n * out_width,
+                               sizeof(float));
+        s->stage_x = take(&ok, n * d, sizeof(float));
+        s->stage_gate = take(&ok, n * gw, sizeof(float));
+        s->stage_beta = take(&ok, n * hv, sizeof(float));
+        s->stage_state = take(&ok, state, sizeof(float));
+        s->stage_window = take(&ok, window, sizeof(float));
+        s->one_x = take(&ok, d, as);
+        s->one_gate = take(&ok, gw, as);
+        s->one_beta = take(&ok, hv, as);
+    }
+    if (ok && shadow_create(m, s->state_dtype, s->act, s->lanes,
+                            w->prefill_chunk > s->tokens_per_row ? w->prefill_chunk
+                                                                 : s->tokens_per_row,
+                            &s->shadow) != 0)
+        ok = 0;
+    if (ok && synth_weights_create(m, w->seed, &s->weights) != 0)
+        ok = 0;
+    return ok ? CLI_EXIT_OK : cli_fail("out of memory for the session's buffers");
+}
+
+static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
+                        session_summary *sum)
+{
+    const ssm_config *c = ssm_ctx_config(ctx);
+    ssm_plan plan;
+    if (ssm_ctx_plan(ctx, &plan) != SSM_OK)
+        return cli_fail_library();
+    if (c->device.type != SSM_DEVICE_CPU)
+        return cli_fail("run drives CPU contexts only: this command allocates its batch "
+                        "buffers in host memory (set device = cpu)");
+    s->ctx = ctx;
+    s->config = c;
+    s->model = c->model;
+    s->act = c->activation_dtype;
+    s->state_dtype = c->state_dtype;
+    s->lanes = c->max_requests < plan.capacity ? c->max_requests : plan.capacity;
+    s->tokens_per_row = 1 + c->max_draft_tokens;
+    s->max_committed = (int64_t)c->workload.prompt_max +
+                       (int64_t)c->workload.decode_steps * s->tokens_per_row;
+    s->sum = sum;
+    sum->requests = c->workload.requests;
+    sum->lanes = s->lanes;
+    sum->tokens_per_row = s->tokens_per_row;
+
+    int exit_code = allocate_buffers(s, opt->dump_dir != NULL);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+    sum->bound = shadow_bound_text(s->shadow);
+    for (int32_t i = 0; i < c->workload.requests; i++) {
+        request *req = &s->requests[i];
+        req->id = i;
+        req->prompt_tokens = synth_prompt_length(&c->workload, i);
+        req->slot = -1;
+        req->lane = -1;
+        req->accepted = s->accepted_history + (int64_t)i * c->workload.decode_steps;
+    }
+    if (!opt->dump_dir)
+        return CLI_EXIT_OK;
+    if ((exit_code = dump_open(opt->dump_dir, c, &s->dump)) != CLI_EXIT_OK)
+        return exit_code;
+    for (int32_t l = 0; l < s->model.layers; l++)
+        if ((exit_code = dump_layer_weights(s->dump, l, &s->weights.layer[l])) != CLI_EXIT_OK)
+            return exit_code;
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------- checks */
+
+static void note_violation(session *s, const char *what, const request *req, int32_t layer,
+                           shadow_result r)
+{
+    session_summary *sum = s->sum;
+    if (sum->violations++ == 0)
+        snprintf(sum->first_violation, sizeof sum->first_violation,
+                 "%s of request %d, layer %d, token %d: relative RMS %.3g, %lld bf16 ulps", what,
+                 req->id, layer, req->committed, r.rel_rms, (long long)r.max_ulps);
+}
+
+/* NaN sticks: a NaN error is the worst error. */
+static void track_max(double *max, double value)
+{
+    if (!isnan(*max) && (isnan(value) || value > *max))
+        *max = value;
+}
+
+static void record_output(session *s, const char *what, const request *req, int32_t layer,
+                          shadow_result r)
+{
+    s->sum->output_blocks++;
+    track_max(&s->sum->max_rel_error, r.rel_rms);
+    if (r.max_ulps > s->sum->max_ulps)
+        s->sum->max_ulps = r.max_ulps;
+    if (!r.pass)
+        note_violation(s, what, req, layer, r);
+}
+
+/* Checks every real row of a batch the library just ran for `layer`, and
+ * keeps the committed outputs when dumping. */
+static void check_rows(session *s, const batch_rows *b, int32_t layer, const char *what)
+{
+    const ssm_model_dims *m = &s->model;
+    const int64_t out_width = (int64_t)m->value_heads * m->value_dim;
+    const ssm_step_io io = {s->x, s->gate, s->beta, s->out};
+    for (int32_t r = 0; r < b->count; r++) {
+        const batch_row *row = &b->rows[r];
+        if (!row->req)
+            continue;
+        ssm_step_io row_io = shadow_io_at(m, s->act, &io, b->offsets[r]);
+        record_output(s, what, row->req, layer,
+                      shadow_step(s->shadow, row->req->lane, layer, &s->weights.layer[layer],
+                                  &row_io, row->tokens, row->keep));
+        if (!s->lane_outputs)
+            continue;
+        float *kept = s->lane_outputs +
+                      (((int64_t)row->req->lane * m->layers + layer) * s->max_committed +
+                       row->req->committed) * out_width;
+        for (int64_t i = 0; i < row->keep * out_width; i++)
+            kept[i] = ssm_ref_load(row_io.out, s->act, i);
+    }
+}
+
+/* ------------------------------------------------------------- forward */
+
+static int admit_requests(session *s)
+{
+    for (int32_t lane = 0; lane < s->lanes; lane++) {
+        if (s->lane_request[lane] || s->next_request >= s->sum->requests)
+            continue;
+        request *req = &s->requests[s->next_request++];
+        if (ssm_slot_acquire(s->ctx, &req->slot) != SSM_OK)
+            return cli_fail_library();
+        req->lane = lane;
+        s->lane_request[lane] = req;
+        shadow_reset(s->shadow, lane);
+    }
+    return CLI_EXIT_OK;
+}
+
+static void add_row(batch_rows *b, request *req, int32_t tokens, int32_t keep)
+{
+    b->rows[b->count] = (batch_row){req, tokens, keep};
+    b->slots[b->count] = req ? req->slot : -1;
+    b->accepted[b->count] = keep;
+    b->offsets[b->count + 1] = b->offsets[b->count] + tokens;
+    b->count++;
+}
+
+/* Puts a padding row (slot -1) before row `at`. All rows of a round have
+ * the same length, so the token offsets stay as they are, one row longer. */
+static void insert_padding_row(batch_rows *b, int32_t at, int32_t tokens)
+{
+    add_row(b, NULL, tokens, 1);
+    for (int32_t r = b->count - 1; r > at; r--) {
+        b->rows[r] = b->rows[r - 1];
+        b->slots[r] = b->slots[r - 1];
+        b->accepted[r] = b->accepted[r - 1];
+    }
+    b->rows[at] = (batch_row){NULL, tokens, 1};
+    b->slots[at] = -1;
+    b->accepted[at] = 1;
+}
+
+/* Sorts the active requests into this forward's prefill and round rows; a
+ * padding row joins every third round batch, at a moving position. */
+static void plan_forward(session *s)
+{
+    const ssm_workload *w = &s->config->workload;
+    const int32_t t = s->tokens_per_row;
+    s->prefill.count = s->round.count = 0;
+    for (int32_t lane = 0; lane < s->lanes; lane++) {
+        request *req = s->lane_request[lane];
+        if (!req || request_done(s, req))
+            continue;
+        if (req->committed < req->prompt_tokens) {
+            int32_t left = req->prompt_tokens - req->committed;
+            int32_t chunk = left < w->prefill_chunk ? left : w->prefill_chunk;
+            add_row(&s->prefill, req, chunk, chunk);
+        } else {
+            int32_t accepted = synth_accepted_length(w, req->id, req->rounds, t);
+            add_row(&s->round, req, t, accepted);
+        }
+    }
+    if (s->round.count > 0 && s->sum->forwards % 3 == 1)
+        insert_padding_row(&s->round, (int32_t)((s->sum->forwards / 3) % (s->round.count + 1)),
+                           t);
+}
+
+/* Writes every row's inputs for `layer` (padding rows get filler). */
+static void fill_inputs(session *s, const batch_rows *b, int32_t layer)
+{
+    const synth_inputs dst = {s->x, s->gate, s->beta};
+    for (int32_t r = 0; r < b->count; r++) {
+        const request *req = b->rows[r].req;
+        for (int32_t t = 0; t < b->rows[r].tokens; t++)
+            synth_token_inputs(&s->model, s->act, s->config->workload.seed, req ? req->id : -1,
+                               (req ? req->committed : 0) + t, layer, &dst, b->offsets[r] + t);
+    }
+}
+
+static int run_layer(session *s, int32_t layer, ssm_ticket *ticket)
+{
+    const ssm_layer_weights *w = &s->weights.layer[layer];
+    const ssm_step_io io = {s->x, s->gate, s->beta, s->out};
+    ssm_status status = SSM_OK;
+    double start;
+
+    if (s->prefill.count > 0) {
+        int32_t longest = 0;
+        for (int32_t r = 0; r < s->prefill.count; r++)
+            if (s->prefill.rows[r].tokens > longest)
+                longest = s->prefill.rows[r].tokens;
+        const ssm_prefill_batch batch = {.rows = s->prefill.count, .slots = s->prefill.slots,
+                                         .token_offsets = s->prefill.offsets,
+                                         .max_row_tokens = longest};
+        fill_inputs(s, &s->prefill, layer);
+        start = now_seconds();
+        status = ssm_prefill(s->ctx, layer, &batch, w, &io, NULL);
+        s->sum->library_seconds += now_seconds() - start;
+        if (status != SSM_OK)
+            return cli_fail_library();
+        check_rows(s, &s->prefill, layer, "prefill");
+    }
+    if (s->round.count > 0) {
+        const ssm_batch batch = {.rows = s->round.count, .tokens = s->tokens_per_row,
+                                 .slots = s->round.slots};
+        fill_inputs(s, &s->round, layer);
+        start = now_seconds();
+        if (s->tokens_per_row == 1)
+            status = ssm_decode(s->ctx, layer, &batch, w, &io, NULL);
+        else
+            status = ssm_verify(s->ctx, layer, &batch, w, &io, ticket, NULL);
+        s->sum->library_seconds += now_seconds() - start;
+        if (status != SSM_OK)
+            return cli_fail_library();
+        check_rows(s, &s->round, layer, s->tokens_per_row == 1 ? "decode" : "verify");
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Moves every row's request forward by the tokens it committed. */
+static void apply_forward(session *s)
+{
+    session_summary *sum = s->sum;
+    for (int32_t r = 0; r < s->prefill.count; r++) {
+        s->prefill.rows[r].req->committed += s->prefill.rows[r].tokens;
+        sum->prefill_tokens += s->prefill.rows[r].tokens;
+    }
+    for (int32_t r = 0; r < s->round.count; r++) {
+        const batch_row *row = &s->round.rows[r];
+        if (!row->req) {
+            sum->padding_rows++;
+            continue;
+        }
+        row->req->accepted[row->req->rounds++] = row->keep;
+        row->req->committed += row->keep;
+        sum->rounds++;
+        sum->round_tokens += row->tokens;
+        sum->accepted_tokens += row->keep;
+    }
+    sum->forwards++;
+}
+
+static int run_forward(session *s)
+{
+    ssm_ticket ticket = SSM_TICKET_INIT;
+    int exit_code = admit_requests(s);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+    plan_forward(s);
+    for (int32_t layer = 0; layer < s->model.layers; layer++)
+        if ((exit_code = run_layer(s, layer, &ticket)) != CLI_EXIT_OK)
+            return exit_code;
+    if (s->round.count > 0 && s->tokens_per_row > 1) {
+        double start = now_seconds();
+        ssm_status status = ssm_commit(s->ctx, &ticket, s->round.accepted, NULL);
+        s->sum->library_seconds += now_seconds() - start;
+        if (status != SSM_OK)
+            return cli_fail_library();
+    }
+    apply_forward(s);
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------- finishing */
+
+static void widen(float *dst, const void *src, ssm_dtype t, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = ssm_ref_load(src, t, i);
+}
+
+/* Writes a finished request: its committed inputs (regenerated: they are a
+ * function of the seed), the outputs kept by check_rows, and the exported
+ * final state of every layer. */
+static int dump_finished(session *s, const request *req)
+{
+    const ssm_model_dims *m = &s->model;
+    const int64_t d = ssm_conv_channels(m), gw = ssm_gate_width(m), hv = m->value_heads;
+    const int64_t out_width = hv * m->value_dim, n = req->committed;
+    const synth_inputs one = {s->one_x, s->one_gate, s->one_beta};
+    const dump_request_info info = {req->id, req->slot, req->prompt_tokens, req->committed,
+                                    req->rounds, req->accepted};
+    int exit_code = dump_request_begin(s->dump, &info);
+
+    for (int32_t l = 0; exit_code == CLI_EXIT_OK && l < m->layers; l++) {
+        for (int64_t t = 0; t < n; t++) {
+            synth_token_inputs(m, s->act, s->config->workload.seed, req->id, t, l, &one, 0);
+            widen(s->stage_x + t * d, s->one_x, s->act, d);
+            widen(s->stage_gate + t * gw, s->one_gate, s->act, gw);
+            widen(s->stage_beta + t * hv, s->one_beta, s->act, hv);
+        }
+        widen(s->stage_state, s->export_state[l], s->state_dtype, ssm_ref_state_elems(m));
+        widen(s->stage_window, s->export_window[l], s->act, ssm_ref_window_elems(m));
+        const dump_layer_arrays arrays = {
+            l, n, s->stage_x, s->stage_gate, s->stage_beta,
+            s->lane_outputs + ((int64_t)req->lane * m->layers + l) * s->max_committed * out_width,
+            s->stage_state, s->stage_window,
+        };
+        exit_code = dump_request_layer(s->dump, &arrays);
+    }
+    return exit_code == CLI_EXIT_OK ? dump_request_end(s->dump) : exit_code;
+}
+
+/* Exports the final state of a finished request, checks it against the
+ * shadow, dumps it, and releases the slot for the next request. */
+static int finish_request(session *s, request *req)
+{
+    ssm_status status = ssm_slot_export_canonical(s->ctx, req->slot, s->export_window,
+                                                  s->export_state, NULL);
+    if (status == SSM_ERR_UNSUPPORTED && !s->dump) {
+        /* a mode without export: nothing to compare, the outputs were checked */
+    } else if (status != SSM_OK) {
+        return cli_fail_library();
+    } else {
+        for (int32_t l = 0; l < s->model.layers; l++) {
+            shadow_result r = shadow_compare_canonical(s->shadow, req->lane, l,
+                                                       s->export_window[l], s->export_state[l]);
+            s->sum->final_states++;
+            track_max(&s->sum->max_state_rel_error, r.rel_rms);
+            if (!r.pass)
+                note_violation(s, "final state (or conv window)", req, l, r);
+        }
+        int exit_code = s->dump ? dump_finished(s, req) : CLI_EXIT_OK;
+        if (exit_code != CLI_EXIT_OK)
+            return exit_code;
+    }
+    if (ssm_slot_release(s->ctx, req->slot) != SSM_OK)
+        return cli_fail_library();
+    s->lane_request[req->lane] = NULL;
+    req->slot = -1;
+    s->finished++;
+    return CLI_EXIT_OK;
+}
+
+static int finish_requests(session *s)
+{
+    for (int32_t lane = 0; lane < s->lanes; lane++) {
+        request *req = s->lane_request[lane];
+        if (req && request_done(s, req)) {
+            int exit_code = finish_request(s, req);
+            if (exit_code != CLI_EXIT_OK)
+                return exit_code;
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------- the run */
+
+int session_run(ssm_ctx *ctx, const session_options *opt, session_summary *out)
+{
+    session s;
+    memset(&s, 0, sizeof s);
+    memset(out, 0, sizeof *out);
+    double start = now_seconds();
+    int exit_code = session_init(&s, ctx, opt, out);
+    progress bar;
+    progress_begin(&bar, opt->show_progress && exit_code == CLI_EXIT_OK, out->requests,
+                   "requests");
+    while (exit_code == CLI_EXIT_OK && s.finished < out->requests) {
+        exit_code = run_forward(&s);
+        if (exit_code == CLI_EXIT_OK)
+            exit_code = finish_requests(&s);
+        progress_update(&bar, s.finished);
+    }
+    progress_end(&bar);
+    out->wall_seconds = now_seconds() - start;
+
+    ssm_ctx_report report;
+    if (exit_code == CLI_EXIT_OK && ssm_ctx_status(ctx, &report) != SSM_OK)
+        exit_code = cli_fail_library();
+    else if (exit_code == CLI_EXIT_OK)
+        out->status_flags = report.flags;
+    int dump_exit = dump_close(s.dump, exit_code == CLI_EXIT_OK);
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = dump_exit;
+    session_free(&s);
+    return exit_code;
+}
