@@ -11,9 +11,7 @@
  *
  * Every error is "source:line: message"; the first one stops the parse. */
 
-/* The build's config.h (HAVE_CUDA). Angle brackets, because "config.h" seen
- * from this directory is core/config.h, the key limits. */
-#include <config.h>
+#include "config.h" /* the build's: HAVE_CUDA */
 
 #include <ctype.h>
 #include <errno.h>
@@ -28,7 +26,7 @@
 
 #include <ini.h>
 
-#include "core/config.h"
+#include "core/config_limits.h"
 #include "core/internal.h"
 
 /* Section and mode names: inih keeps a section name in 50 bytes. */
@@ -732,7 +730,8 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
         return result == PARSE_OK ? SSM_OK
                                   : fail_value(ps, key, value, result, "0..18446744073709551615");
     default:
-        return parse_fail(ps, "internal error: key %d has no parser", (int)key);
+        return ps->status = ssm_error_set(SSM_ERR_INTERNAL, "config key %d has no parser",
+                                          (int)key);
     }
 }
 
@@ -1011,7 +1010,7 @@ ssm_status ssm_config_load(const char *path, ssm_config **out)
     if (!path || !out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_load: %s is NULL",
                              path ? "out" : "path");
-    char *text;
+    char *text = NULL;
     ssm_status status = read_text_file(path, &text);
     if (status != SSM_OK)
         return status;

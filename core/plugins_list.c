@@ -28,6 +28,10 @@ static int list_file(const char *path, void *user)
     struct listing *l = user;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
+    /* Shared libraries that sit beside plugins (libssmstate.so in a build
+     * tree) are not modes; mode names never start with "lib". */
+    if (strncmp(base, "lib", 3) == 0)
+        return 0;
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)(strlen(base) - 3), base);
     if (already_seen(l, name))

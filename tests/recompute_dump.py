@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
 """Recompute an `ssmstate run --dump DIR` session independently.
 
+usage: recompute_dump.py [--pure] DUMP_DIR
+
 A float64 NumPy implementation of SPEC section 2.2, written from the spec and
 sharing no code with the library: short conv with window, SiLU, the conv
 output rounded to the activation dtype (SPEC 2.3; bf16 round-to-nearest-even
 emulated with integer bit operations), split, L2 norm with the K^-0.5 query
-scale, both gate forms, beta, GVA, and the delta-rule recurrence in float64
-with no state rounding. Every request is recomputed from zero state and
-compared with what the library produced (SPEC 3.5, fp64 row):
+scale, both gate forms, beta, GVA, and the delta-rule recurrence in float64.
+Every request is recomputed from zero state and compared with what the
+library produced (SPEC 3.5, fp64 row):
 
   outputs and final states: relative RMS ||lib - ref|| / ||ref|| <= 2e-3
   conv windows:             bit-exact
 
+Two references are computed. The "pure" one keeps the state in float64 and
+never rounds the outputs. The "rounded" one also applies the other two
+rounding points of SPEC 2.3, which the library's result is defined by: the
+state is rounded to the state dtype after every token and the outputs to the
+activation dtype. The rounded reference decides (the pure one with --pure):
+against the pure reference, bf16 outputs differ by their own rounding alone
+(about 1.7e-3 relative RMS) and a bf16 state drifts by 4e-3 to 5e-3 within
+30 tokens, so the pure bound is only attainable with fp32 state.
+
 Prints one line per (request, layer), then "N passed, M failed".
-Exit status: 0 all passed, 1 a check failed, 2 unreadable dump.
+Exit status: 0 all passed, 1 a check failed, 2 usage error or unreadable dump.
 """
 import json
 import os
@@ -79,9 +90,12 @@ class Layer:
         self.dt_bias = weights["dt_bias"]  # [HV] or [HV][K]
 
 
-def recompute(model, act, layer, x, gate, beta):
+def recompute(model, act, layer, x, gate, beta, state_dtype=None):
     """Runs n tokens of one request through one layer from zero state.
-    Returns (outputs [n][HV][V], final state [HV][V][K], window [W-1][D])."""
+    With a state_dtype the state is rounded to it after every token (SPEC
+    2.3), each output taken before that rounding; with None it stays float64
+    throughout. Returns (outputs [n][HV][V] float64, final state
+    [HV][V][K], window [W-1][D])."""
     H, HV = model["heads"], model["value_heads"]
     K, V, W = model["key_dim"], model["value_dim"], model["conv_width"]
     D = 2 * H * K + HV * V
@@ -129,6 +143,8 @@ def recompute(model, act, layer, x, gate, beta):
         u = b[t][:, None] * (v[t] - r)
         S = S + u[:, :, None] * k[t][:, None, :]
         out[t] = np.einsum("hvk,hk->hv", S, q[t])
+        if state_dtype is not None:
+            S = round_to(state_dtype, S)
     return out, S, window
 
 
@@ -143,10 +159,13 @@ def load(directory, entry, shape=None):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: recompute_dump.py DUMP_DIR", file=sys.stderr)
+    args = argv[1:]
+    pure = "--pure" in args
+    args = [a for a in args if a != "--pure"]
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: recompute_dump.py [--pure] DUMP_DIR", file=sys.stderr)
         return 2
-    directory = argv[1]
+    directory = args[0]
     try:
         with open(os.path.join(directory, "manifest.json")) as f:
             manifest = json.load(f)
@@ -160,6 +179,7 @@ def main(argv):
 
     model = manifest["model"]
     act = manifest["activation_dtype"]
+    state_dtype = manifest["state_dtype"]
     H, HV = model["heads"], model["value_heads"]
     K, V, W = model["key_dim"], model["value_dim"], model["conv_width"]
     D = 2 * H * K + HV * V
@@ -172,9 +192,10 @@ def main(argv):
         return 2
 
     passed = failed = 0
-    print("%s, %d layers, H=%d HV=%d K=%d V=%d W=%d, state %s, activations %s, mode %s"
-          % (model["kind"], model["layers"], H, HV, K, V, W, manifest["state_dtype"], act,
-             manifest["mode"]))
+    print("%s, %d layers, H=%d HV=%d K=%d V=%d W=%d, state %s, activations %s, mode %s; "
+          "deciding: %s reference, bound %g"
+          % (model["kind"], model["layers"], H, HV, K, V, W, state_dtype, act,
+             manifest["mode"], "pure fp64" if pure else "rounded fp64", OUTPUT_LIMIT))
     for request in manifest["requests"]:
         n = request["committed_tokens"]
         for entry in request["layers"]:
@@ -187,19 +208,34 @@ def main(argv):
             lib_window = load(directory, entry["conv_window"], [W - 1, D])
 
             out, state, window = recompute(model, act, layers[l], x, gate, beta)
-            out_err = rel_rms(lib_out, out)
+            pure_out_err = rel_rms(lib_out, out)
+            pure_state_err = rel_rms(lib_state, state)
+            out, state, _ = recompute(model, act, layers[l], x, gate, beta, state_dtype)
+            out_err = rel_rms(lib_out, round_to(act, out))
             state_err = rel_rms(lib_state, state)
             window_exact = np.array_equal(lib_window.astype(np.float64), window)
-            ok = out_err <= OUTPUT_LIMIT and state_err <= STATE_LIMIT and window_exact
+            if pure:
+                ok = pure_out_err <= OUTPUT_LIMIT and pure_state_err <= STATE_LIMIT
+            else:
+                ok = out_err <= OUTPUT_LIMIT and state_err <= STATE_LIMIT
+            ok = ok and window_exact
             passed += ok
             failed += not ok
-            print("request %4d layer %2d: %4d tokens, outputs rel RMS %.3e, state rel RMS "
-                  "%.3e, window %s  %s"
-                  % (request["id"], l, n, out_err, state_err,
+            print("request %4d layer %2d: %4d tokens, rounded ref: outputs %.2e state %.2e; "
+                  "pure fp64: outputs %.2e state %.2e; window %s  %s"
+                  % (request["id"], l, n, out_err, state_err, pure_out_err, pure_state_err,
                      "exact" if window_exact else "DIFFERS", "ok" if ok else "FAIL"))
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
 
 
+def run(argv):
+    try:
+        return main(argv)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print("recompute_dump: unreadable dump: %s" % e, file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(run(sys.argv))

@@ -24,6 +24,10 @@ int cmd_run(int argc, char **argv);
  * so error paths read `return cli_fail(...)`. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A usage error as one line on stderr, naming the offending argument when
+ * `bad` is not NULL; returns CLI_EXIT_USAGE. */
+int cli_usage(const char *usage, const char *bad);
+
 /* cli_fail with the library's ssm_last_error() as the message. */
 int cli_fail_library(void);
 

@@ -56,10 +56,12 @@ static int print_other_modes(const ssm_config *config)
     int printed_header = 0;
     for (int32_t i = 0; i < count; i++) {
         const ssm_plugin_info *info = &infos[i];
-        if (!info->name[0] || !strcmp(info->name, config->mode))
+        /* abi_version 0: a file on the path that is no plugin at all */
+        if (info->abi_version == 0 || !strcmp(info->name, config->mode))
             continue;
         if (!printed_header) {
-            printf("\nother modes  %-14s %-24s %s\n", "bytes/slot", "pool bytes", "");
+            printf("\nother modes (same config, only `mode` changed):\n");
+            printf("  %-10s %-14s %s\n", "mode", "bytes/slot", "pool bytes");
             printed_header = 1;
         }
         if (info->status != SSM_OK) {
@@ -74,7 +76,7 @@ static int print_other_modes(const ssm_config *config)
             printf("  %-10s no plan: %s\n", info->name, ssm_last_error());
             continue;
         }
-        printf("  %-10s %-14s %-24s\n", info->name,
+        printf("  %-10s %-14s %s\n", info->name,
                cli_format_bytes(plan.bytes_per_slot, a, sizeof a),
                cli_format_bytes(plan.pool_bytes, b, sizeof b));
     }
@@ -82,10 +84,7 @@ static int print_other_modes(const ssm_config *config)
     return CLI_EXIT_OK;
 }
 
-static int usage(void)
-{
-    return cli_fail("usage: ssmstate check CONFIG");
-}
+static const char usage_line[] = "ssmstate check CONFIG";
 
 int cmd_check(int argc, char **argv)
 {
@@ -96,12 +95,12 @@ int cmd_check(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         if (opt != 'h')
-            return usage();
-        printf("usage: ssmstate check CONFIG\n");
+            return cli_usage(usage_line, argv[optind - 1]);
+        printf("usage: %s\n", usage_line);
         return CLI_EXIT_OK;
     }
-    if (optind != argc - 1)
-        return usage();
+    if (optind != argc - 1) /* no CONFIG, or a second one */
+        return cli_usage(usage_line, optind < argc ? argv[optind + 1] : NULL);
     const char *path = argv[optind];
 
     ssm_config *config = NULL;

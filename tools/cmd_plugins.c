@@ -63,10 +63,7 @@ int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *cou
     }
 }
 
-static int usage(void)
-{
-    return cli_fail("usage: ssmstate plugins [--plugin-dir DIR]");
-}
+static const char usage_line[] = "ssmstate plugins [--plugin-dir DIR]";
 
 int cmd_plugins(int argc, char **argv)
 {
@@ -80,12 +77,12 @@ int cmd_plugins(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "d:h", options, NULL)) != -1) {
         switch (opt) {
         case 'd': plugin_dir = optarg; break;
-        case 'h': printf("usage: ssmstate plugins [--plugin-dir DIR]\n"); return CLI_EXIT_OK;
-        default: return usage();
+        case 'h': printf("usage: %s\n", usage_line); return CLI_EXIT_OK;
+        default: return cli_usage(usage_line, argv[optind - 1]);
         }
     }
     if (optind != argc)
-        return usage();
+        return cli_usage(usage_line, argv[optind]);
 
     ssm_plugin_info *infos = NULL;
     int32_t listed = 0;

@@ -50,10 +50,7 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
     printf("verdict     %s\n", pass ? "PASS" : "FAIL");
 }
 
-static int usage(void)
-{
-    return cli_fail("usage: ssmstate run CONFIG [--dump DIR] [--quiet]");
-}
+static const char usage_line[] = "ssmstate run CONFIG [--dump DIR] [--quiet]";
 
 int cmd_run(int argc, char **argv)
 {
@@ -69,12 +66,12 @@ int cmd_run(int argc, char **argv)
         switch (o) {
         case 'd': opt.dump_dir = optarg; break;
         case 'q': opt.show_progress = 0; break;
-        case 'h': printf("usage: ssmstate run CONFIG [--dump DIR] [--quiet]\n"); return CLI_EXIT_OK;
-        default: return usage();
+        case 'h': printf("usage: %s\n", usage_line); return CLI_EXIT_OK;
+        default: return cli_usage(usage_line, argv[optind - 1]);
         }
     }
-    if (optind != argc - 1)
-        return usage();
+    if (optind != argc - 1) /* no CONFIG, or a second one */
+        return cli_usage(usage_line, optind < argc ? argv[optind + 1] : NULL);
 
     ssm_ctx *ctx = NULL;
     if (ssm_ctx_create_from_file(argv[optind], &ctx) != SSM_OK)

@@ -88,9 +88,14 @@ static int make_directories(const char *dir)
         char saved = *p;
         *p = '\0';
         struct stat st;
-        if (mkdir(path, 0777) != 0 && !(errno == EEXIST && stat(path, &st) == 0 &&
-                                         S_ISDIR(st.st_mode)))
-            return -1;
+        if (mkdir(path, 0777) != 0) {
+            if (errno != EEXIST)
+                return -1;
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                errno = ENOTDIR;
+                return -1;
+            }
+        }
         *p = saved;
         if (saved == '\0')
             return 0;
@@ -153,11 +158,14 @@ static void write_preamble(dump *d, const ssm_config *c)
     fprintf(f, ",\n  \"model\": {\"kind\": \"%s\", \"layers\": %d, \"heads\": %d, "
                "\"value_heads\": %d, \"key_dim\": %d, \"value_dim\": %d, \"conv_width\": %d, "
                "\"conv_channels\": %lld, \"gate_width\": %lld, \"has_lower_bound\": %s, "
-               "\"lower_bound\": %.9g},\n",
+               "\"lower_bound\": ",
             ssm_model_kind_name(m->kind), m->layers, m->heads, m->value_heads, m->key_dim,
             m->value_dim, m->conv_width, (long long)ssm_conv_channels(m),
-            (long long)ssm_gate_width(m), m->has_lower_bound ? "true" : "false",
-            m->has_lower_bound ? m->lower_bound : 0.0);
+            (long long)ssm_gate_width(m), m->has_lower_bound ? "true" : "false");
+    if (m->has_lower_bound)
+        fprintf(f, "%.9g},\n", m->lower_bound);
+    else
+        fputs("null},\n", f);
     fprintf(f, "  \"state_dtype\": \"%s\",\n  \"activation_dtype\": \"%s\",\n",
             ssm_dtype_name(c->state_dtype), ssm_dtype_name(c->activation_dtype));
     fprintf(f, "  \"max_requests\": %d,\n  \"max_draft_tokens\": %d,\n", c->max_requests,

@@ -1,5 +1,6 @@
 /* Entry point of the `ssmstate` command: dispatches to a subcommand and holds
  * the helpers the subcommands share. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,13 @@ int cli_fail(const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return CLI_EXIT_USAGE;
+}
+
+int cli_usage(const char *usage, const char *bad)
+{
+    if (bad)
+        return cli_fail("bad argument '%s' (usage: %s)", bad, usage);
+    return cli_fail("usage: %s", usage);
 }
 
 int cli_fail_library(void)
@@ -76,9 +84,11 @@ int main(int argc, char **argv)
                SSMSTATE_VERSION_PATCH);
         return CLI_EXIT_OK;
     }
+    opterr = 0; /* the subcommands report bad options on one line themselves */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    cli_fail("unknown command '%s' (try 'ssmstate --help')", argv[1]);
-    return CLI_EXIT_USAGE;
+    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run ...; see "
+                    "'ssmstate --help')",
+                    argv[1]);
 }

@@ -256,14 +256,16 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
 
 /* ------------------------------------------------------------- checks */
 
+/* Counts a failed comparison and keeps the first one's description. */
 static void note_violation(session *s, const char *what, const request *req, int32_t layer,
                            shadow_result r)
 {
     session_summary *sum = s->sum;
     if (sum->violations++ == 0)
         snprintf(sum->first_violation, sizeof sum->first_violation,
-                 "%s of request %d, layer %d, token %d: relative RMS %.3g, %lld bf16 ulps", what,
-                 req->id, layer, req->committed, r.rel_rms, (long long)r.max_ulps);
+                 "%s of request %d, layer %d, after %d committed tokens: relative RMS %.3g, "
+                 "%lld bf16 ulps",
+                 what, req->id, layer, req->committed, r.rel_rms, (long long)r.max_ulps);
 }
 
 /* NaN sticks: a NaN error is the worst error. */

@@ -1,6 +1,6 @@
 /* Config keys and their limits, shared by the parser and the validator. */
-#ifndef SSM_CORE_CONFIG_H
-#define SSM_CORE_CONFIG_H
+#ifndef SSM_CORE_CONFIG_LIMITS_H
+#define SSM_CORE_CONFIG_LIMITS_H
 
 #define SSM_MAX_LAYERS 4096
 #define SSM_MAX_HEAD_DIM 1024

@@ -1,0 +1,47 @@
+#!/bin/sh
+# The command's failure modes (TAP): a bad config, a missing plugin and a
+# wrong-ABI plugin each give exactly one error line on stderr and exit 2.
+set -u
+ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+model='[model]
+kind = gdn
+layers = 1
+heads = 1
+value_heads = 2
+key_dim = 8
+value_dim = 8
+conv_width = 4'
+
+n=0
+fails=0
+expect_one_line() { # name, expected substring, command...
+    name=$1 want=$2
+    shift 2
+    n=$((n + 1))
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$want" "$tmp/err"; then
+        echo "ok $n - $name"
+    else
+        echo "not ok $n - $name (exit $rc, $lines stderr lines)"
+        sed 's/^/# /' "$tmp/err"
+        fails=$((fails + 1))
+    fi
+}
+
+echo "1..6"
+printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
+expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
+expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
+printf '%s\n[state]\nmode = nosuch\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/missing.ini"
+expect_one_line "missing plugin" "no plugin for mode 'nosuch'" "$ssmstate" run "$tmp/missing.ini"
+printf '%s\n[state]\nmode = wrong_abi\nstate_dtype = f32\nmax_requests = 1\nplugin_dir = %s\n' \
+    "$model" "$SSM_TEST_PLUGIN_DIR" >"$tmp/abi.ini"
+expect_one_line "wrong ABI plugin" "ABI version 99" "$ssmstate" run "$tmp/abi.ini"
+expect_one_line "missing file" "$tmp/none.ini" "$ssmstate" check "$tmp/none.ini"
+expect_one_line "bad usage" "usage" "$ssmstate" frobnicate
+[ "$fails" -eq 0 ]
