@@ -24,13 +24,21 @@ ssm_status ssm_slot_acquire(ssm_ctx *ctx, int32_t *slot)
     return SSM_OK;
 }
 
-/* Makes a slot fresh in the plugin and forgets its flags and pending verify. */
+/* Makes a slot fresh in the plugin and forgets its flags. A slot inside an
+ * open forward is refused: its forward must be committed or aborted first,
+ * since dropping one row would leave the other rows' verified-over state. */
 static ssm_status make_fresh(ssm_ctx *ctx, int32_t slot, void *stream)
 {
+    uint64_t pending = ssm_tickets_pending(&ctx->tickets, slot);
+    if (pending)
+        return ssm_error_set(SSM_ERR_VERIFY_PENDING,
+                             "slot %d is in forward %llu, which is not committed; commit or "
+                             "abort it (ssm_forward_abort) first",
+                             slot, (unsigned long long)pending);
     ssm_status status = ctx->mode->reset_slot(ctx->instance, slot, stream);
     if (status != SSM_OK)
         return status;
-    ssm_tickets_drop_slot(&ctx->tickets, slot);
+    ssm_tickets_forget_slot(&ctx->tickets, slot);
     ctx->slot_flags[slot] = 0;
     return SSM_OK;
 }

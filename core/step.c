@@ -90,7 +90,8 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
 }
 
 /* The rows presented with an open forward must be the ones it was opened
- * with: same buffer, same shape, and every live slot still pending on it. */
+ * with: same buffer, same shape, and every row naming the slot it named then
+ * (the book remembers each pending slot's row, so a permutation is caught). */
 static ssm_status check_same_rows(const ssm_ctx *ctx, const ssm_forward *f, int32_t rows,
                                   int32_t tokens, const int32_t *slots)
 {
@@ -104,7 +105,7 @@ static ssm_status check_same_rows(const ssm_ctx *ctx, const ssm_forward *f, int3
         if (slots[r] == -1)
             continue;
         if (slots[r] < 0 || slots[r] >= ctx->capacity ||
-            ssm_tickets_pending(&ctx->tickets, slots[r]) != f->id)
+            !ssm_tickets_row_matches(&ctx->tickets, f->id, r, slots[r]))
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                                  "row %d: the slot buffer changed since forward %llu was opened",
                                  r, (unsigned long long)f->id);
@@ -221,4 +222,27 @@ ssm_status ssm_slot_export_canonical(ssm_ctx *ctx, int32_t slot, void *const *co
                              ctx->mode->name);
     ssm_canonical_v1 dst = {sizeof dst, conv, state};
     return ctx->mode->export_slot(ctx->instance, slot, &dst, stream);
+}
+
+ssm_status ssm_forward_abort(ssm_ctx *ctx, const ssm_ticket *ticket, void *stream)
+{
+    if (!ctx || !ticket)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_forward_abort: NULL argument");
+    ssm_forward *forward = NULL;
+    ssm_status status = ssm_tickets_lookup(&ctx->tickets, ticket, &forward);
+    if (status != SSM_OK)
+        return status;
+    /* A verify may already have overwritten a slot's current state (native
+     * keeps one snapshot per verify position, the current one among them), so
+     * the only state an aborted forward can leave behind is a fresh one. */
+    for (int32_t s = 0; s < ctx->capacity; s++) {
+        if (ssm_tickets_pending(&ctx->tickets, s) != forward->id)
+            continue;
+        status = ctx->mode->reset_slot(ctx->instance, s, stream);
+        if (status != SSM_OK)
+            return status;
+        ctx->slot_flags[s] = 0;
+    }
+    ssm_tickets_abort(&ctx->tickets, forward);
+    return SSM_OK;
 }

@@ -1,7 +1,7 @@
 /* Tickets. A forward opens at the first verify over its rows, gains a layer
- * per verify, and closes at commit. Closed forwards stay in a ring so a ticket
+ * per verify, and closes at commit (or abort). Closed forwards stay in a ring so a ticket
  * presented again can be told apart: "repeated" while its rows have not been
- * verified since, "stale" once a newer verify (or a reset) overtook it. */
+ * verified since, "stale" once a newer verify, an abort or a reset overtook it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +18,9 @@ ssm_status ssm_tickets_init(ssm_ticket_book *book, uint64_t context_id, int32_t 
     book->layer_flags = calloc((size_t)SSM_FORWARD_HISTORY * layers, 1);
     book->slot_pending = calloc((size_t)capacity, sizeof *book->slot_pending);
     book->slot_latest = calloc((size_t)capacity, sizeof *book->slot_latest);
-    if (!book->history || !book->layer_flags || !book->slot_pending || !book->slot_latest) {
+    book->slot_row = calloc((size_t)capacity, sizeof *book->slot_row);
+    if (!book->history || !book->layer_flags || !book->slot_pending || !book->slot_latest ||
+        !book->slot_row) {
         ssm_tickets_free(book);
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for the ticket book");
     }
@@ -33,6 +35,7 @@ void ssm_tickets_free(ssm_ticket_book *book)
     free(book->layer_flags);
     free(book->slot_pending);
     free(book->slot_latest);
+    free(book->slot_row);
     memset(book, 0, sizeof *book);
 }
 
@@ -77,10 +80,9 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
                              "ticket of forward %llu is stale: its rows were verified again "
                              "since",
                              (unsigned long long)f->id);
-    case FORWARD_DROPPED:
+    case FORWARD_ABORTED:
         return ssm_error_set(SSM_ERR_TICKET_STALE,
-                             "ticket of forward %llu is stale: a slot of it was reset or "
-                             "released before commit",
+                             "ticket of forward %llu is stale: the forward was aborted",
                              (unsigned long long)f->id);
     case FORWARD_UNUSED:
         break;
@@ -125,6 +127,7 @@ ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch, ssm
             previous->superseded = 1;
         book->slot_pending[slot] = id;
         book->slot_latest[slot] = id;
+        book->slot_row[slot] = r;
         f->live_rows++;
     }
     book->open_count++;
@@ -144,15 +147,21 @@ void ssm_tickets_mark_layer(ssm_ticket_book *book, ssm_forward *forward, int32_t
     }
 }
 
-/* Ends an open forward by scanning the pool for its slots (reset/release
- * only: the caller's slot buffer may have changed by then). */
-static void end_forward(ssm_ticket_book *book, ssm_forward *f, forward_state state)
+void ssm_tickets_abort(ssm_ticket_book *book, ssm_forward *forward)
 {
+    /* The caller's slot buffer may have changed since: scan the pool. */
     for (int32_t s = 0; s < book->capacity; s++)
-        if (book->slot_pending[s] == f->id)
+        if (book->slot_pending[s] == forward->id)
             book->slot_pending[s] = 0;
-    f->state = state;
+    forward->state = FORWARD_ABORTED;
     book->open_count--;
+}
+
+void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot)
+{
+    ssm_forward *latest = book->slot_latest[slot] ? find(book, book->slot_latest[slot]) : NULL;
+    if (latest)
+        latest->superseded = 1;
 }
 
 void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward)
@@ -164,17 +173,4 @@ void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward)
             book->slot_pending[forward->slots[r]] = 0;
     forward->state = FORWARD_COMMITTED;
     book->open_count--;
-}
-
-void ssm_tickets_drop_slot(ssm_ticket_book *book, int32_t slot)
-{
-    uint64_t id = book->slot_pending[slot];
-    ssm_forward *f = id ? find(book, id) : NULL;
-    if (f && f->state == FORWARD_OPEN)
-        end_forward(book, f, FORWARD_DROPPED);
-    book->slot_pending[slot] = 0;
-    /* Its latest ticket must not read as "repeated" for a fresh slot. */
-    ssm_forward *latest = book->slot_latest[slot] ? find(book, book->slot_latest[slot]) : NULL;
-    if (latest)
-        latest->superseded = 1;
 }

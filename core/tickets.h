@@ -14,7 +14,7 @@ typedef enum forward_state {
     FORWARD_UNUSED = 0,
     FORWARD_OPEN,
     FORWARD_COMMITTED,
-    FORWARD_DROPPED /* a slot of it was reset or released before commit */
+    FORWARD_ABORTED /* ended by ssm_forward_abort */
 } forward_state;
 
 typedef struct ssm_forward {
@@ -38,6 +38,7 @@ typedef struct ssm_ticket_book {
     uint8_t *layer_flags;   /* SSM_FORWARD_HISTORY * layers */
     uint64_t *slot_pending; /* [capacity] id of the open forward, 0 = none */
     uint64_t *slot_latest;  /* [capacity] id of the latest forward that verified it */
+    int32_t *slot_row;      /* [capacity] row of the slot in its open forward */
 } ssm_ticket_book;
 
 ssm_status ssm_tickets_init(ssm_ticket_book *book, uint64_t context_id, int32_t layers,
@@ -61,8 +62,18 @@ void ssm_tickets_mark_layer(ssm_ticket_book *book, ssm_forward *forward, int32_t
 /* Closes an open forward after its commit. */
 void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward);
 
-/* Drops the open forward that holds `slot`, if any (reset and release). */
-void ssm_tickets_drop_slot(ssm_ticket_book *book, int32_t slot);
+/* Ends an open forward without a commit (ssm_forward_abort). */
+void ssm_tickets_abort(ssm_ticket_book *book, ssm_forward *forward);
+
+/* A slot was made fresh: a ticket naming it from before reads as stale. */
+void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot);
+
+/* 1 when row r of an open forward still names the slot it was opened with. */
+static inline int ssm_tickets_row_matches(const ssm_ticket_book *book, uint64_t forward,
+                                          int32_t row, int32_t slot)
+{
+    return book->slot_pending[slot] == forward && book->slot_row[slot] == row;
+}
 
 /* Id of the open forward holding slot, 0 if none. */
 static inline uint64_t ssm_tickets_pending(const ssm_ticket_book *book, int32_t slot)

@@ -470,6 +470,8 @@ static void compare_with_naive(int variant, int rounding_points, double *worst_o
         double e_state = test_rel_rms_f64(got.state, sd, want.state, ssm_ref_state_elems(m));
         double e_window = test_rel_rms_f64(got.window, act, want.window, ssm_ref_window_elems(m));
         ck_assert_msg(e_window == 0, "variant %d n=%lld: window differs", variant, (long long)lc.n);
+        if (getenv("SSM_TEST_DEBUG"))
+            fprintf(stderr, "#   n=%lld H=%d HV=%d K=%d V=%d W=%d: out %.3e state %.3e\n", (long long)lc.n, m->heads, m->value_heads, m->key_dim, m->value_dim, m->conv_width, e_out, e_state);
         *worst_out = fmax(*worst_out, e_out);
         *worst_state = fmax(*worst_state, e_state);
         ref_result_free(&got);

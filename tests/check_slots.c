@@ -492,9 +492,10 @@ END_TEST
 
 /* ============================================================ fresh */
 
-/* A slot with state, a flag and (_i & 2) an open forward is released; when
- * its number comes back it is all zeros, unflagged, and decodes exactly as
- * a fresh context's first slot. */
+/* A slot with state, a flag and (_i & 2) an open forward is released (the
+ * open forward refuses the release until it is aborted); when its number
+ * comes back it is all zeros, unflagged, and decodes exactly as a fresh
+ * context's first slot. */
 START_TEST(test_reuse_after_release)
 {
     int with_forward = (_i & 2) != 0;
@@ -515,6 +516,8 @@ START_TEST(test_reuse_after_release)
     if (with_forward) {
         ssm_batch vb = {1, T_MAX, one};
         verify_all(a, &wd, &vb, v, &t);
+        EXPECT(ssm_slot_release(a, s), SSM_ERR_VERIFY_PENDING);
+        EXPECT(ssm_forward_abort(a, &t, NULL), SSM_OK);
     }
     EXPECT(ssm_slot_release(a, s), SSM_OK);
     assert_no_flags(a, "after the release");

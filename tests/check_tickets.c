@@ -408,13 +408,11 @@ START_TEST(test_stale_after_partial_reverify)
 }
 END_TEST
 
-/* A forward dropped by ssm_slot_reset (_i & 2: ssm_slot_release) of one of
- * its slots: its ticket is stale at commit and at a later layer's verify;
- * the dropped slot is fresh; idle slots are untouched; the rows can be
- * verified again with a fresh ticket and committed. */
-START_TEST(test_stale_after_drop)
+/* A forward ended by ssm_forward_abort: its ticket is stale at commit and at
+ * a later layer's verify; every slot of it is fresh; idle slots are
+ * untouched; the rows can be verified again with a fresh ticket. */
+START_TEST(test_stale_after_abort)
 {
-    int by_release = (_i & 2) != 0;
     world wd;
     world_init(&wd, _i, 3, SALT(__LINE__));
     int32_t sa[3], sb[3];
@@ -424,38 +422,34 @@ START_TEST(test_stale_after_drop)
     ssm_batch ba = {2, T, rows};
     test_io *v1 = ios_make(&wd, 2 * T);
     ssm_ticket t1 = SSM_TICKET_INIT;
-    test_snapshot idle_before, idle_after, dropped;
+    test_snapshot idle_before, idle_after, aborted[2];
     EXPECT(test_snapshot_take(a, sa[2], &idle_before), SSM_OK);
 
     verify_layers(a, &wd, &ba, v1, &t1, 0, wd.m.layers - 1);
-    if (by_release) {
-        EXPECT(ssm_slot_release(a, sa[0]), SSM_OK);
-        int32_t again = -7;
-        EXPECT(ssm_slot_acquire(a, &again), SSM_OK);
-        ck_assert_int_eq(again, sa[0]); /* the only free slot */
-    } else {
-        EXPECT(ssm_slot_reset(a, sa[0], NULL), SSM_OK);
-    }
+    EXPECT(ssm_forward_abort(a, &t1, NULL), SSM_OK);
     test_io *probe = ios_clone(&wd, v1, 2 * T);
     ios_sentinel(&wd, probe, 2 * T);
     int32_t last = wd.m.layers - 1;
     ssm_ticket copy = t1;
     EXPECT(ssm_verify(a, last, &ba, &wd.w[last].w, &probe[last].io, &copy, NULL),
            SSM_ERR_TICKET_STALE);
-    ios_assert_sentinel(&wd, probe, 2 * T, "verify with a dropped forward's ticket");
+    ios_assert_sentinel(&wd, probe, 2 * T, "verify with an aborted forward's ticket");
     int32_t acc[2] = {1, T};
     EXPECT(ssm_commit(a, &t1, acc, NULL), SSM_ERR_TICKET_STALE);
-    EXPECT(ssm_commit(a, &t1, acc, NULL), SSM_ERR_TICKET_STALE);
+    EXPECT(ssm_forward_abort(a, &t1, NULL), SSM_ERR_TICKET_STALE);
 
-    /* The dropped slot is fresh and no longer pending; the idle one is as
-     * it was. */
-    EXPECT(test_snapshot_take(a, sa[0], &dropped), SSM_OK);
-    ck_assert_msg(snap_is_zero(&dropped), "the reset slot is not fresh");
+    /* Both slots of the forward are fresh and no longer pending; the idle
+     * one is as it was. */
+    for (int i = 0; i < 2; i++) {
+        EXPECT(test_snapshot_take(a, sa[i], &aborted[i]), SSM_OK);
+        ck_assert_msg(snap_is_zero(&aborted[i]), "slot %d of an aborted forward is not fresh", i);
+        test_snapshot_free(&aborted[i]);
+    }
     EXPECT(test_snapshot_take(a, sa[2], &idle_after), SSM_OK);
     ck_assert_msg(test_snapshot_equal(&idle_before, &idle_after), "an idle slot changed");
 
-    /* A new forward over the same rows opens and commits; twin b resets
-     * its slot 0 without the verify and does the same. */
+    /* A new forward over one of the rows opens and commits; twin b resets
+     * its slot without the verify and does the same. */
     EXPECT(ssm_slot_reset(b, sb[0], NULL), SSM_OK);
     int32_t T2 = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t one_a[1] = {sa[0]}, one_b[1] = {sb[0]};
@@ -464,18 +458,17 @@ START_TEST(test_stale_after_drop)
     ssm_ticket t2 = SSM_TICKET_INIT, t2b = SSM_TICKET_INIT;
     verify_all(a, &wd, &oa, v2, &t2);
     verify_all(b, &wd, &ob, v2b, &t2b);
-    ck_assert_msg(t2.forward != t1.forward, "a new forward reused the dropped one's number");
+    ck_assert_msg(t2.forward != t1.forward, "a new forward reused the aborted one's number");
     int32_t acc2 = random_accepted(&wd, T2);
     EXPECT(ssm_commit(a, &t2, &acc2, NULL), SSM_OK);
     EXPECT(ssm_commit(b, &t2b, &acc2, NULL), SSM_OK);
-    ios_assert_out_equal(&wd, v2, v2b, T2, "verify after the drop");
-    assert_slot_same(a, sa[0], b, sb[0], "dropped slot, verified again");
+    ios_assert_out_equal(&wd, v2, v2b, T2, "verify after the abort");
+    assert_slot_same(a, sa[0], b, sb[0], "aborted slot, verified again");
     assert_slot_same(a, sa[2], b, sb[2], "idle slot");
     EXPECT(ssm_commit(a, &t1, acc, NULL), SSM_ERR_TICKET_STALE);
 
     test_snapshot_free(&idle_before);
     test_snapshot_free(&idle_after);
-    test_snapshot_free(&dropped);
     ios_free(&wd, v1);
     ios_free(&wd, probe);
     ios_free(&wd, v2);
@@ -486,36 +479,38 @@ START_TEST(test_stale_after_drop)
 }
 END_TEST
 
-/* The other rows of a forward dropped by a reset (_i & 2: release) of one
- * of its slots: they are no longer pending, and since a verify changes no
- * state until its commit, they hold the state they had before the verify. */
-START_TEST(test_drop_spares_other_rows)
+/* Reset (_i & 2: release) of a slot inside an open forward is refused with
+ * SSM_ERR_VERIFY_PENDING and changes nothing: the forward still commits,
+ * and every slot then equals a twin that never saw the refused call. */
+START_TEST(test_reset_refused_in_open_forward)
 {
     int by_release = (_i & 2) != 0;
     world wd;
     world_init(&wd, _i, 3, SALT(__LINE__));
-    int32_t sa[3];
-    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t sa[3], sb[3];
+    ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
-    int32_t rows[3] = {sa[0], sa[1], sa[2]};
-    ssm_batch ba = {3, T, rows};
-    test_io *v = ios_make(&wd, 3 * T);
-    ssm_ticket t = SSM_TICKET_INIT;
-    test_snapshot before[3], after[3];
-    snaps_take(a, 3, sa, before);
+    int32_t rows_a[3] = {sa[0], sa[1], sa[2]}, rows_b[3] = {sb[0], sb[1], sb[2]};
+    ssm_batch ba = {3, T, rows_a}, bb = {3, T, rows_b};
+    test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
+    ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &ba, v, &t);
+    verify_all(b, &wd, &bb, vb, &tb);
     if (by_release)
-        EXPECT(ssm_slot_release(a, sa[0]), SSM_OK);
+        EXPECT(ssm_slot_release(a, sa[0]), SSM_ERR_VERIFY_PENDING);
     else
-        EXPECT(ssm_slot_reset(a, sa[0], NULL), SSM_OK);
-    int32_t acc[3] = {1, 1, 1};
-    EXPECT(ssm_commit(a, &t, acc, NULL), SSM_ERR_TICKET_STALE);
-    snaps_take(a, 2, sa + 1, after);
-    snaps_assert_equal(2, before + 1, after, "other row of a dropped forward");
-    snaps_free(3, before);
-    snaps_free(2, after);
+        EXPECT(ssm_slot_reset(a, sa[0], NULL), SSM_ERR_VERIFY_PENDING);
+    int32_t acc[3];
+    for (int i = 0; i < 3; i++)
+        acc[i] = random_accepted(&wd, T);
+    EXPECT(ssm_commit(a, &t, acc, NULL), SSM_OK);
+    EXPECT(ssm_commit(b, &tb, acc, NULL), SSM_OK);
+    for (int i = 0; i < 3; i++)
+        assert_slot_same(a, sa[i], b, sb[i], "slot of a forward whose reset was refused");
     ios_free(&wd, v);
+    ios_free(&wd, vb);
     ssm_ctx_destroy(a);
+    ssm_ctx_destroy(b);
     world_free(&wd);
 }
 END_TEST
@@ -1349,8 +1344,8 @@ Suite *make_suite(void)
     TCase *stale = tcase_create("stale");
     tcase_add_loop_test(stale, test_stale_after_reverify, 0, 4);
     tcase_add_loop_test(stale, test_stale_after_partial_reverify, 0, 4);
-    tcase_add_loop_test(stale, test_stale_after_drop, 0, 8);
-    tcase_add_loop_test(stale, test_drop_spares_other_rows, 0, 4);
+    tcase_add_loop_test(stale, test_stale_after_abort, 0, 8);
+    tcase_add_loop_test(stale, test_reset_refused_in_open_forward, 0, 4);
     suite_add_tcase(s, stale);
 
     TCase *repeated = tcase_create("repeated");

@@ -137,13 +137,14 @@ const char *ssm_ctx_plugin_path(const ssm_ctx *ctx);
  * pool. Errors: SSM_ERR_POOL_EXHAUSTED. */
 ssm_status ssm_slot_acquire(ssm_ctx *ctx, int32_t *slot);
 
-/* Returns a slot to the pool; an uncommitted verify on it is dropped. The slot
- * is made fresh before anyone gets it again. Errors: SSM_ERR_SLOT_RANGE,
- * SSM_ERR_SLOT_NOT_ACQUIRED. */
+/* Returns a slot to the pool, made fresh before anyone gets it again. Errors:
+ * SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING (the
+ * slot is in an uncommitted forward: commit or abort it first). */
 ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot);
 
-/* Makes an acquired slot fresh, dropping any uncommitted verify on it.
- * Stream-ordered. Errors: SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED. */
+/* Makes an acquired slot fresh (zero state, empty history, zero conv window).
+ * Stream-ordered. Errors: SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED,
+ * SSM_ERR_VERIFY_PENDING (the slot is in an uncommitted forward). */
 ssm_status ssm_slot_reset(ssm_ctx *ctx, int32_t slot, void *stream);
 
 typedef struct ssm_pool_stats {
@@ -221,6 +222,14 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
  * on any of them nothing is written and the forward stays open. */
 ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *accepted,
                       void *stream);
+
+/* Ends an open forward without committing it: every slot of the forward is
+ * made fresh (a verify may already have overwritten a slot's current state,
+ * so nothing else can be promised), and the ticket becomes stale. For an
+ * engine that cannot finish a forward (a failed layer); a forward that
+ * finished is committed instead (a >= 1 always exists). Stream-ordered.
+ * Errors: SSM_ERR_TICKET_FOREIGN / _STALE / _REPEATED. */
+ssm_status ssm_forward_abort(ssm_ctx *ctx, const ssm_ticket *ticket, void *stream);
 
 /* -------------------------------------------------------------- transfers */
 
