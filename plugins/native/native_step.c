@@ -1,21 +1,10 @@
 /* The native mode's steps on the CPU, through the shared reference kernels. */
 #include <string.h>
 
+#include "kernels/conv_buffer.h"
+#include "kernels/layout.h"
 #include "kernels/reference.h"
 #include "plugins/native/native.h"
-
-/* Tensor pointers of one row's tokens, starting at token `first`. */
-static ssm_step_io row_io(const native_mode *n, const ssm_step_io *io, int64_t first)
-{
-    const ssm_model_dims *m = &n->params.model;
-    size_t es = ssm_dtype_size(n->params.activation_dtype);
-    ssm_step_io r;
-    r.x = (const uint8_t *)io->x + first * ssm_conv_channels(m) * es;
-    r.gate = (const uint8_t *)io->gate + first * ssm_gate_width(m) * es;
-    r.beta = (const uint8_t *)io->beta + first * m->value_heads * es;
-    r.out = (uint8_t *)io->out + first * (int64_t)m->value_heads * m->value_dim * es;
-    return r;
-}
 
 /* Raises the non-finite flag of a slot whose inputs hold NaN or Inf. The row
  * is still computed: the flag, not a silent skip, is the contract. */
@@ -52,7 +41,7 @@ ssm_status native_prefill(void *instance, const ssm_step_v1 *step)
         int64_t count = step->token_offsets[r + 1] - first;
         if (slot < 0 || count == 0)
             continue;
-        ssm_step_io io = row_io(n, &step->io, first);
+        ssm_step_io io = ssm_io_at(&n->params.model, n->params.activation_dtype, &step->io, first);
         flag_nonfinite(n, slot, &io, count);
         ssm_ref_sequence(&n->params.model, n->params.state_dtype, n->params.activation_dtype,
                          step->weights, native_conv(n, slot, step->layer),
@@ -71,7 +60,7 @@ ssm_status native_decode(void *instance, const ssm_step_v1 *step)
         int32_t slot = step->slots[r];
         if (slot < 0)
             continue;
-        ssm_step_io io = row_io(n, &step->io, r);
+        ssm_step_io io = ssm_io_at(m, n->params.activation_dtype, &step->io, r);
         uint8_t *window = native_conv(n, slot, step->layer);
         uint8_t *state = native_state(n, slot, step->layer, n->current[slot]);
         flag_nonfinite(n, slot, &io, 1);
@@ -88,23 +77,20 @@ ssm_status native_verify(void *instance, const ssm_step_v1 *step)
 {
     native_mode *n = instance;
     const ssm_model_dims *m = &n->params.model;
-    size_t es = ssm_dtype_size(n->params.activation_dtype);
-    int64_t out_row = (int64_t)m->value_heads * m->value_dim * es;
+    size_t out_row = ssm_out_row_bytes(m, n->params.activation_dtype);
     int32_t T = step->tokens;
     token_scratch s = split_scratch(n);
     for (int32_t r = 0; r < step->rows; r++) {
         int32_t slot = step->slots[r];
         if (slot < 0)
             continue;
-        ssm_step_io io = row_io(n, &step->io, (int64_t)r * T);
+        ssm_step_io io = ssm_io_at(m, n->params.activation_dtype, &step->io, (int64_t)r * T);
         flag_nonfinite(n, slot, &io, T);
         /* The row's inputs go into the tail after the window, so the conv
          * reads [window; tail] and a commit only has to shift the buffer. */
         uint8_t *window = native_conv(n, slot, step->layer);
-        uint8_t *tail = window + (size_t)(m->conv_width - 1) * n->conv_row_bytes;
-        memcpy(tail, io.x, (size_t)T * n->conv_row_bytes);
         ssm_step_io tail_io = io;
-        tail_io.x = tail;
+        tail_io.x = ssm_conv_buffer_stage(m, n->params.activation_dtype, window, io.x, T);
         for (int32_t t = 0; t < T; t++) {
             /* Token 0 starts from the current snapshot; each later token from
              * the previous token's snapshot. Writing snapshot t can land on the
@@ -125,17 +111,15 @@ ssm_status native_verify(void *instance, const ssm_step_v1 *step)
 ssm_status native_commit(void *instance, const ssm_commit_v1 *commit)
 {
     native_mode *n = instance;
-    size_t window_bytes = (size_t)(n->params.model.conv_width - 1) * n->conv_row_bytes;
     for (int32_t r = 0; r < commit->rows; r++) {
         int32_t slot = commit->slots[r];
         if (slot < 0)
             continue;
         int32_t accepted = commit->accepted[r];
         n->current[slot] = accepted - 1;
-        for (int32_t l = 0; l < n->params.model.layers; l++) {
-            uint8_t *buffer = native_conv(n, slot, l);
-            memmove(buffer, buffer + (size_t)accepted * n->conv_row_bytes, window_bytes);
-        }
+        for (int32_t l = 0; l < n->params.model.layers; l++)
+            ssm_conv_buffer_commit(&n->params.model, n->params.activation_dtype,
+                                   native_conv(n, slot, l), accepted);
     }
     return SSM_OK;
 }
