@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/conv_buffer.h"
+#include "kernels/cpu_steps.h"
 #include "kernels/reference.h"
 #include "plugins/native/native.h"
 
@@ -25,18 +27,7 @@ static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, si
 
 static size_t conv_bytes_per_layer(const ssm_mode_params_v1 *p)
 {
-    return (size_t)(p->model.conv_width - 1 + p->max_tokens) * ssm_conv_channels(&p->model) *
-           ssm_dtype_size(p->activation_dtype);
-}
-
-/* Host scratch: the larger of what a whole-sequence run and a single token
- * (conv output + derived token + one head) need. */
-static int64_t scratch_floats(const ssm_model_dims *m)
-{
-    int64_t token = ssm_conv_channels(m) + ssm_ref_token_floats(m) +
-                    (int64_t)m->value_dim * m->key_dim + m->value_dim;
-    int64_t sequence = ssm_ref_sequence_scratch_floats(m);
-    return token > sequence ? token : sequence;
+    return ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
 }
 
 static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
@@ -46,7 +37,7 @@ static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
     out->state_bytes = (uint64_t)p->model.layers * p->max_tokens * state;
     out->conv_bytes = (uint64_t)p->model.layers * conv_bytes_per_layer(p);
     out->scratch_bytes = sizeof(int32_t); /* the current snapshot index */
-    out->shared_bytes = (uint64_t)scratch_floats(&p->model) * sizeof(float);
+    out->shared_bytes = (uint64_t)ssm_cpu_scratch_floats(&p->model) * sizeof(float);
     return SSM_OK;
 }
 
@@ -81,7 +72,7 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
     n->states = s->alloc(s->core, slot_layers * n->snapshots * n->state_bytes);
     n->conv = s->alloc(s->core, slot_layers * conv_bytes_per_layer(p));
     n->current = s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
-    n->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)scratch_floats(&p->model));
+    n->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)ssm_cpu_scratch_floats(&p->model));
     if (!n->states || !n->conv || !n->current || !n->scratch) {
         native_destroy(n);
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY,

@@ -1,105 +1,63 @@
 /* The native mode's steps on the CPU, through the shared reference kernels. */
-#include <string.h>
-
 #include "kernels/conv_buffer.h"
+#include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
-#include "kernels/reference.h"
 #include "plugins/native/native.h"
 
-/* Raises the non-finite flag of a slot whose inputs hold NaN or Inf. The row
- * is still computed: the flag, not a silent skip, is the contract. */
-static void flag_nonfinite(const native_mode *n, int32_t slot, const ssm_step_io *io,
-                           int64_t tokens)
+static void *conv_of(void *mode, int32_t slot, int32_t layer)
 {
-    if (!ssm_ref_inputs_finite(&n->params.model, n->params.activation_dtype, io, 0, tokens))
-        n->services->flag_slot(n->services->core, slot, SSM_FLAG_NONFINITE_INPUT);
+    return native_conv(mode, slot, layer);
 }
 
-/* Scratch split for single-token work: conv output, derived token, one head. */
-typedef struct token_scratch {
-    float *conv;
-    ssm_ref_token token;
-    float *head;
-} token_scratch;
-
-static token_scratch split_scratch(const native_mode *n)
+static void *current_state_of(void *mode, int32_t slot, int32_t layer)
 {
-    const ssm_model_dims *m = &n->params.model;
-    token_scratch s;
-    s.conv = n->scratch;
-    ssm_ref_token_bind(m, s.conv + ssm_conv_channels(m), &s.token);
-    s.head = s.conv + ssm_conv_channels(m) + ssm_ref_token_floats(m);
-    return s;
+    native_mode *n = mode;
+    return native_state(n, slot, layer, n->current[slot]);
+}
+
+/* Prefill and decode update the current snapshot in place. */
+static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
+{
+    ssm_cpu_target target = {n, conv_of, current_state_of};
+    ssm_cpu_run_sequences(&n->params, n->services, step, &target, n->scratch);
+    return SSM_OK;
 }
 
 ssm_status native_prefill(void *instance, const ssm_step_v1 *step)
 {
-    native_mode *n = instance;
-    for (int32_t r = 0; r < step->rows; r++) {
-        int32_t slot = step->slots[r];
-        int64_t first = step->token_offsets[r];
-        int64_t count = step->token_offsets[r + 1] - first;
-        if (slot < 0 || count == 0)
-            continue;
-        ssm_step_io io = ssm_io_at(&n->params.model, n->params.activation_dtype, &step->io, first);
-        flag_nonfinite(n, slot, &io, count);
-        ssm_ref_sequence(&n->params.model, n->params.state_dtype, n->params.activation_dtype,
-                         step->weights, native_conv(n, slot, step->layer),
-                         native_state(n, slot, step->layer, n->current[slot]), &io, count,
-                         n->scratch);
-    }
-    return SSM_OK;
+    return run_in_place(instance, step);
 }
 
 ssm_status native_decode(void *instance, const ssm_step_v1 *step)
 {
-    native_mode *n = instance;
-    const ssm_model_dims *m = &n->params.model;
-    token_scratch s = split_scratch(n);
-    for (int32_t r = 0; r < step->rows; r++) {
-        int32_t slot = step->slots[r];
-        if (slot < 0)
-            continue;
-        ssm_step_io io = ssm_io_at(m, n->params.activation_dtype, &step->io, r);
-        uint8_t *window = native_conv(n, slot, step->layer);
-        uint8_t *state = native_state(n, slot, step->layer, n->current[slot]);
-        flag_nonfinite(n, slot, &io, 1);
-        ssm_ref_prepare_token(m, n->params.activation_dtype, step->weights, window, &io, 0,
-                              s.conv, &s.token);
-        ssm_ref_token_update(m, n->params.state_dtype, n->params.activation_dtype, &s.token,
-                             state, state, io.out, s.head);
-        ssm_ref_conv_window_advance(m, n->params.activation_dtype, window, io.x, 1);
-    }
-    return SSM_OK;
+    return run_in_place(instance, step);
 }
 
 ssm_status native_verify(void *instance, const ssm_step_v1 *step)
 {
     native_mode *n = instance;
     const ssm_model_dims *m = &n->params.model;
-    size_t out_row = ssm_out_row_bytes(m, n->params.activation_dtype);
+    ssm_dtype act = n->params.activation_dtype;
+    size_t out_row = ssm_out_row_bytes(m, act);
     int32_t T = step->tokens;
-    token_scratch s = split_scratch(n);
+    ssm_cpu_token_scratch s = ssm_cpu_token_scratch_split(m, n->scratch);
     for (int32_t r = 0; r < step->rows; r++) {
         int32_t slot = step->slots[r];
         if (slot < 0)
             continue;
-        ssm_step_io io = ssm_io_at(m, n->params.activation_dtype, &step->io, (int64_t)r * T);
-        flag_nonfinite(n, slot, &io, T);
-        /* The row's inputs go into the tail after the window, so the conv
-         * reads [window; tail] and a commit only has to shift the buffer. */
+        ssm_step_io io = ssm_io_at(m, act, &step->io, (int64_t)r * T);
+        ssm_cpu_flag_nonfinite(&n->params, n->services, slot, &io, T);
         uint8_t *window = native_conv(n, slot, step->layer);
-        ssm_step_io tail_io = io;
-        tail_io.x = ssm_conv_buffer_stage(m, n->params.activation_dtype, window, io.x, T);
+        ssm_step_io staged = io;
+        staged.x = ssm_conv_buffer_stage(m, act, window, io.x, T);
         for (int32_t t = 0; t < T; t++) {
             /* Token 0 starts from the current snapshot; each later token from
              * the previous token's snapshot. Writing snapshot t can land on the
              * current one only after token 0 has read it (heads are read
              * before they are written). */
             int32_t from = t == 0 ? n->current[slot] : t - 1;
-            ssm_ref_prepare_token(m, n->params.activation_dtype, step->weights, window, &tail_io,
-                                  t, s.conv, &s.token);
-            ssm_ref_token_update(m, n->params.state_dtype, n->params.activation_dtype, &s.token,
+            ssm_ref_prepare_token(m, act, step->weights, window, &staged, t, s.conv, &s.token);
+            ssm_ref_token_update(m, n->params.state_dtype, act, &s.token,
                                  native_state(n, slot, step->layer, from),
                                  native_state(n, slot, step->layer, t),
                                  (uint8_t *)io.out + t * out_row, s.head);

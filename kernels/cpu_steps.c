@@ -1,0 +1,41 @@
+#include "kernels/cpu_steps.h"
+#include "kernels/layout.h"
+
+int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m)
+{
+    /* ssm_ref_sequence needs conv + token + head, the same split as below. */
+    return ssm_ref_sequence_scratch_floats(m);
+}
+
+void ssm_cpu_flag_nonfinite(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+                            int32_t slot, const ssm_step_io *io, int64_t tokens)
+{
+    if (!ssm_ref_inputs_finite(&p->model, p->activation_dtype, io, 0, tokens))
+        services->flag_slot(services->core, slot, SSM_FLAG_NONFINITE_INPUT);
+}
+
+void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+                           const ssm_step_v1 *step, const ssm_cpu_target *target, float *scratch)
+{
+    for (int32_t r = 0; r < step->rows; r++) {
+        int32_t slot = step->slots[r];
+        int64_t first = step->token_offsets ? step->token_offsets[r] : r;
+        int64_t count = step->token_offsets ? step->token_offsets[r + 1] - first : 1;
+        if (slot < 0 || count == 0)
+            continue;
+        ssm_step_io io = ssm_io_at(&p->model, p->activation_dtype, &step->io, first);
+        ssm_cpu_flag_nonfinite(p, services, slot, &io, count);
+        ssm_ref_sequence(&p->model, p->state_dtype, p->activation_dtype, step->weights,
+                         target->conv_buffer(target->mode, slot, step->layer),
+                         target->state(target->mode, slot, step->layer), &io, count, scratch);
+    }
+}
+
+ssm_cpu_token_scratch ssm_cpu_token_scratch_split(const ssm_model_dims *m, float *scratch)
+{
+    ssm_cpu_token_scratch s;
+    s.conv = scratch;
+    ssm_ref_token_bind(m, s.conv + ssm_conv_channels(m), &s.token);
+    s.head = s.conv + ssm_conv_channels(m) + ssm_ref_token_floats(m);
+    return s;
+}
