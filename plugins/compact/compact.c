@@ -1,0 +1,159 @@
+/* The compact mode's table, life cycle and slot transfers. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/conv_buffer.h"
+#include "kernels/cpu_steps.h"
+#include "kernels/layout.h"
+#include "kernels/record.h"
+#include "plugins/compact/compact.h"
+
+#define COMPACT_MODE_VERSION 1
+
+static ssm_status compact_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+                                       int32_t *bad_option)
+{
+    *bad_option = -1;
+    if (p->options_count > 0) {
+        *bad_option = 0;
+        snprintf(why, why_len, "unknown key (the compact mode takes no options)");
+        return SSM_ERR_CONFIG;
+    }
+    return SSM_OK;
+}
+
+static int64_t scratch_floats(const ssm_model_dims *m)
+{
+    int64_t steps = ssm_cpu_scratch_floats(m), apply = ssm_record_apply_scratch_floats(m);
+    return steps > apply ? steps : apply;
+}
+
+static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+{
+    uint64_t layers = (uint64_t)p->model.layers;
+    memset(out, 0, sizeof *out);
+    out->state_bytes = layers * ssm_state_bytes(&p->model, p->state_dtype);
+    out->conv_bytes = layers * ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
+    out->scratch_bytes =
+        layers * (uint64_t)p->max_tokens * ssm_record_bytes(&p->model, p->activation_dtype);
+    out->shared_bytes = ssm_state_bytes(&p->model, p->state_dtype) +
+                        (uint64_t)scratch_floats(&p->model) * sizeof(float);
+    return SSM_OK;
+}
+
+static void compact_destroy(void *instance)
+{
+    compact_mode *c = instance;
+    if (!c)
+        return;
+    const ssm_services_v1 *s = c->services;
+    s->release(s->core, c->states);
+    s->release(s->core, c->conv);
+    s->release(s->core, c->records);
+    s->release_host(s->core, c->work);
+    s->release_host(s->core, c->scratch);
+    s->release_host(s->core, c);
+}
+
+static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+                                 void **instance)
+{
+    compact_mode *c = s->alloc_host(s->core, sizeof *c);
+    if (!c)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    c->params = *p;
+    c->params.options = NULL;
+    c->params.options_count = 0;
+    c->services = s;
+    c->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
+    c->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
+    c->record_bytes = ssm_record_bytes(&p->model, p->activation_dtype);
+    size_t slot_layers = (size_t)p->capacity * p->model.layers;
+    c->states = s->alloc(s->core, slot_layers * c->state_bytes);
+    c->conv = s->alloc(s->core, slot_layers * c->conv_bytes);
+    c->records = s->alloc(s->core, slot_layers * p->max_tokens * c->record_bytes);
+    c->work = s->alloc_host(s->core, c->state_bytes);
+    c->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)scratch_floats(&p->model));
+    if (!c->states || !c->conv || !c->records || !c->work || !c->scratch) {
+        compact_destroy(c);
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory for %d slots",
+                        p->capacity);
+    }
+    *instance = c;
+    return SSM_OK;
+}
+
+static ssm_status compact_reset_slot(void *instance, int32_t slot, void *stream)
+{
+    compact_mode *c = instance;
+    int32_t layers = c->params.model.layers;
+    memset(compact_state(c, slot, 0), 0, (size_t)layers * c->state_bytes);
+    memset(compact_conv(c, slot, 0), 0, (size_t)layers * c->conv_bytes);
+    memset(compact_record(c, slot, 0, 0), 0,
+           (size_t)layers * c->params.max_tokens * c->record_bytes);
+    return SSM_OK;
+}
+
+static size_t window_bytes(const compact_mode *c)
+{
+    return (size_t)ssm_ref_window_elems(&c->params.model) *
+           ssm_dtype_size(c->params.activation_dtype);
+}
+
+static ssm_status compact_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                                      void *stream)
+{
+    compact_mode *c = instance;
+    for (int32_t l = 0; l < c->params.model.layers; l++) {
+        memcpy(dst->conv[l], compact_conv(c, slot, l), window_bytes(c));
+        memcpy(dst->state[l], compact_state(c, slot, l), c->state_bytes);
+    }
+    return SSM_OK;
+}
+
+static ssm_status compact_import_slot(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                                      void *stream)
+{
+    compact_mode *c = instance;
+    compact_reset_slot(c, slot, stream);
+    for (int32_t l = 0; l < c->params.model.layers; l++) {
+        memcpy(compact_conv(c, slot, l), src->conv[l], window_bytes(c));
+        memcpy(compact_state(c, slot, l), src->state[l], c->state_bytes);
+    }
+    return SSM_OK;
+}
+
+static ssm_status compact_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
+{
+    compact_mode *c = instance;
+    if (src == dst)
+        return SSM_OK;
+    compact_reset_slot(c, dst, stream);
+    for (int32_t l = 0; l < c->params.model.layers; l++) {
+        memcpy(compact_conv(c, dst, l), compact_conv(c, src, l), window_bytes(c));
+        memcpy(compact_state(c, dst, l), compact_state(c, src, l), c->state_bytes);
+    }
+    return SSM_OK;
+}
+
+SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
+    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v1),
+    .name = "compact",
+    .mode_version = COMPACT_MODE_VERSION,
+    .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
+                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
+    .check_config = compact_check_config,
+    .plan = compact_plan,
+    .create = compact_create,
+    .destroy = compact_destroy,
+    .reset_slot = compact_reset_slot,
+    .prefill = compact_prefill,
+    .decode = compact_decode,
+    .verify = compact_verify,
+    .commit = compact_commit,
+    .export_slot = compact_export_slot,
+    .import_slot = compact_import_slot,
+    .copy_slot = compact_copy_slot,
+    .materialize = NULL,
+};

@@ -1,0 +1,51 @@
+/* The compact mode (SPEC 3.3): per slot one state and, per layer, the records
+ * of this round's verified tokens. Verify reads the state, computes outputs
+ * with native's per-token rounding and writes records and outputs, never the
+ * state; commit applies the accepted records through the update native runs
+ * and writes the state once. Memory is one state instead of 1 + max draft. */
+#ifndef SSM_COMPACT_H
+#define SSM_COMPACT_H
+
+#include "ssmstate/plugin.h"
+
+typedef struct compact_mode {
+    ssm_mode_params_v1 params;  /* options pointer cleared: not kept */
+    const ssm_services_v1 *services;
+    size_t state_bytes;         /* one layer's [HV][V][K] in the state dtype */
+    size_t conv_bytes;          /* one layer's conv buffer (window + tail) */
+    size_t record_bytes;        /* one token record */
+    uint8_t *states;            /* [capacity][layers][state] */
+    uint8_t *conv;              /* [capacity][layers][conv buffer] */
+    uint8_t *records;           /* [capacity][layers][T_max][record] */
+    uint8_t *work;              /* host: the running state of one verify row */
+    float *scratch;             /* host scratch for the reference kernels */
+} compact_mode;
+
+static inline size_t compact_index(const compact_mode *c, int32_t slot, int32_t layer)
+{
+    return (size_t)slot * c->params.model.layers + layer;
+}
+
+static inline uint8_t *compact_state(const compact_mode *c, int32_t slot, int32_t layer)
+{
+    return c->states + compact_index(c, slot, layer) * c->state_bytes;
+}
+
+static inline uint8_t *compact_conv(const compact_mode *c, int32_t slot, int32_t layer)
+{
+    return c->conv + compact_index(c, slot, layer) * c->conv_bytes;
+}
+
+static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32_t layer,
+                                      int32_t token)
+{
+    size_t per_layer = (size_t)c->params.max_tokens * c->record_bytes;
+    return c->records + compact_index(c, slot, layer) * per_layer + (size_t)token * c->record_bytes;
+}
+
+ssm_status compact_prefill(void *instance, const ssm_step_v1 *step);
+ssm_status compact_decode(void *instance, const ssm_step_v1 *step);
+ssm_status compact_verify(void *instance, const ssm_step_v1 *step);
+ssm_status compact_commit(void *instance, const ssm_commit_v1 *commit);
+
+#endif
