@@ -51,7 +51,6 @@ int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n);
 /* A small random GDN or KDA shape (GVA included when gva != 0). */
 void test_random_dims(test_rng *r, ssm_model_kind kind, int gva, ssm_model_dims *m);
 
-#endif
 
 /* A config struct for a CPU context of mode `mode` (plugins are found through
  * $SSMSTATE_PLUGIN_PATH, which `make check` sets to the build's plugins). */
@@ -69,3 +68,5 @@ typedef struct test_snapshot {
 ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out);
 int test_snapshot_equal(const test_snapshot *a, const test_snapshot *b);
 void test_snapshot_free(test_snapshot *s);
+
+#endif
