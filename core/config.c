@@ -1,94 +1,29 @@
 /* Configuration: INI text to ssm_config, and the checks every ssm_config must
  * pass, whether it came from a file or was filled in by the engine (SPEC 7, 10).
  *
- * inih splits lines into sections and `key = value` pairs, but its handler is
- * not told the line number, it reports no section headers, and it forgives
- * what a config must not (text after "]", indented continuation lines). So
- * inih reads the text through read_line() below, which hands it one line at a
- * time: the parser always knows the current line, sees every section header,
- * and rejects a malformed line itself with a message that says what is wrong.
- * (ini_parse_string is the same loop with a reader that counts nothing.)
- *
- * Every error is "source:line: message"; the first one stops the parse. */
+ * This file holds the key table and the owned config form; config_parse.c
+ * reads INI text and config_check.c holds the checks. */
 
-#include "config.h" /* the build's: HAVE_CUDA */
+#include "config.h" /* the build's */
 
-#include <ctype.h>
-#include <errno.h>
-#include <float.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <ini.h>
 
 #include "core/config_limits.h"
-#include "core/internal.h"
-
-/* Section and mode names: inih keeps a section name in 50 bytes. */
-#define CONFIG_MAX_NAME 48
-/* A config is a few dozen lines; refuse to slurp something that is not one. */
-#define CONFIG_MAX_FILE_BYTES (1 << 20)
+#include "core/config_private.h"
 
 /* ------------------------------------------------------------ the keys */
 
-enum {
-    SECTION_MODEL,
-    SECTION_STATE,
-    SECTION_WORKLOAD,
-    SECTION_FIXED_COUNT,
-    SECTION_MODE = SECTION_FIXED_COUNT, /* a section named after a mode plugin */
-    SECTION_NONE                        /* before the first header */
-};
-
-static const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "workload"};
-
-typedef enum config_key {
-    KEY_NONE = -1,
-    KEY_KIND,
-    KEY_LAYERS,
-    KEY_HEADS,
-    KEY_VALUE_HEADS,
-    KEY_KEY_DIM,
-    KEY_VALUE_DIM,
-    KEY_CONV_WIDTH,
-    KEY_LOWER_BOUND,
-    KEY_MODE,
-    KEY_STATE_DTYPE,
-    KEY_ACTIVATION_DTYPE,
-    KEY_DEVICE,
-    KEY_MAX_REQUESTS,
-    KEY_MAX_DRAFT_TOKENS,
-    KEY_PLUGIN_DIR,
-    KEY_REQUESTS,
-    KEY_PROMPT_MIN,
-    KEY_PROMPT_MAX,
-    KEY_PREFILL_CHUNK,
-    KEY_DECODE_STEPS,
-    KEY_ACCEPTANCE,
-    KEY_SEED,
-    KEY_COUNT
-} config_key;
-
-typedef struct key_spec {
-    int section;
-    const char *name;
-    int required;
-    int is_int; /* an int32_t at `offset` in ssm_config, allowed in [min, max] */
-    size_t offset;
-    int32_t min, max;
-} key_spec;
+const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "workload"};
 
 #define INT_KEY(section, name, required, field, min, max) \
     {section, name, required, 1, offsetof(ssm_config, field), min, max}
 #define OTHER_KEY(section, name, required) {section, name, required, 0, 0, 0, 0}
 
 /* In file order: the first failing check is reported, so model comes first. */
-static const key_spec key_specs[KEY_COUNT] = {
+const key_spec key_specs[KEY_COUNT] = {
     [KEY_KIND] = OTHER_KEY(SECTION_MODEL, "kind", 1),
     [KEY_LAYERS] = INT_KEY(SECTION_MODEL, "layers", 1, model.layers, 1, SSM_MAX_LAYERS),
     [KEY_HEADS] = INT_KEY(SECTION_MODEL, "heads", 1, model.heads, 1, SSM_MAX_HEADS),
@@ -126,24 +61,8 @@ static const ssm_workload default_workload = {
     .seed = 1,
 };
 
-/* "name, name, ..." of a section's keys (only the required ones if asked). */
-static const char *list_keys(int section, int required_only, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int k = 0; k < KEY_COUNT; k++) {
-        if (key_specs[k].section != section || (required_only && !key_specs[k].required))
-            continue;
-        int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", key_specs[k].name);
-        if (n < 0 || (size_t)n >= len - used)
-            break;
-        used += (size_t)n;
-    }
-    return buf;
-}
-
 /* "1..4096", or ">= 1" when there is no practical upper limit. */
-static const char *describe_range(const key_spec *spec, char *buf, size_t len)
+const char *describe_range(const key_spec *spec, char *buf, size_t len)
 {
     if (spec->max == INT32_MAX)
         snprintf(buf, len, ">= %d", (int)spec->min);
@@ -153,7 +72,7 @@ static const char *describe_range(const key_spec *spec, char *buf, size_t len)
 }
 
 /* Section and plugin names: they become file names, so keep them plain. */
-static int is_plain_name(const char *name, size_t len)
+int is_plain_name(const char *name, size_t len)
 {
     if (len == 0 || len > CONFIG_MAX_NAME)
         return 0;
@@ -167,7 +86,7 @@ static int is_plain_name(const char *name, size_t len)
 
 /* -------------------------------------------------------------- errors */
 
-static ssm_status fail_atv(const char *source, int32_t line, const char *fmt, va_list ap)
+ssm_status fail_atv(const char *source, int32_t line, const char *fmt, va_list ap)
 {
     char message[1024];
     vsnprintf(message, sizeof message, fmt, ap);
@@ -178,18 +97,7 @@ static ssm_status fail_atv(const char *source, int32_t line, const char *fmt, va
     return ssm_error_set(SSM_ERR_CONFIG, "%s: %s", source, message);
 }
 
-static ssm_status fail_at(const char *source, int32_t line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ssm_status fail_at(const char *source, int32_t line, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ssm_status status = fail_atv(source, line, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-static ssm_status fail_out_of_memory(const char *source)
+ssm_status fail_out_of_memory(const char *source)
 {
     return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory while reading config %s",
                          source ? source : "");
@@ -211,23 +119,7 @@ const char *ssm_config_where(const ssm_config *config, int32_t line, char *buf, 
 
 /* ------------------------------------------------ the owned config form */
 
-/* What ssm_config_load and ssm_config_clone return: the public struct first,
- * so its address is this one's, and everything it points to owned here. The
- * four mode-section arrays are parallel, as the public struct wants them. */
-typedef struct config_owned {
-    ssm_config config;
-    char *mode;
-    char *plugin_dir;
-    char *source;
-    int32_t sections_capacity;
-    char **section_names;
-    int32_t *section_lines;
-    int32_t *options_count;
-    int32_t *options_capacity;
-    ssm_mode_option **options;
-} config_owned;
-
-static void owned_free(config_owned *owned)
+void owned_free(config_owned *owned)
 {
     if (!owned)
         return;
@@ -251,7 +143,7 @@ static void owned_free(config_owned *owned)
 }
 
 /* Points the public struct at the owned arrays (they move as they grow). */
-static void owned_publish(config_owned *owned)
+void owned_publish(config_owned *owned)
 {
     ssm_config *c = &owned->config;
     c->mode = owned->mode;
@@ -273,8 +165,8 @@ static int grow_array(void **array, size_t element_size, int32_t capacity)
 }
 
 /* Appends an empty mode section; its index, or -1 when out of memory. */
-static int32_t owned_add_section(config_owned *owned, const char *name, size_t name_len,
-                                 int32_t line)
+int32_t owned_add_section(config_owned *owned, const char *name, size_t name_len,
+                          int32_t line)
 {
     int32_t count = owned->config.mode_sections_count;
     if (count == owned->sections_capacity) {
@@ -301,8 +193,8 @@ static int32_t owned_add_section(config_owned *owned, const char *name, size_t n
     return count;
 }
 
-static int owned_add_option(config_owned *owned, int32_t section, const char *key,
-                            const char *value, int32_t line)
+int owned_add_option(config_owned *owned, int32_t section, const char *key,
+                     const char *value, int32_t line)
 {
     int32_t count = owned->options_count[section];
     if (count == owned->options_capacity[section]) {
@@ -323,700 +215,12 @@ static int owned_add_option(config_owned *owned, int32_t section, const char *ke
     return 1;
 }
 
-static config_owned *owned_new(void)
+config_owned *owned_new(void)
 {
     config_owned *owned = calloc(1, sizeof *owned);
     if (owned)
         ssm_config_defaults(&owned->config);
     return owned;
-}
-
-/* ------------------------------------------------------------ checking */
-
-/* Where the checks of one config report: with key lines when the config is
- * being loaded from a file, without when it came as a struct. */
-typedef struct checker {
-    const ssm_config *config;
-    const int32_t *key_lines;    /* [KEY_COUNT], 0 = key absent; NULL: no lines */
-    const int32_t *header_lines; /* [SECTION_FIXED_COUNT], or NULL */
-} checker;
-
-/* Reports at the line of `key`, else of `other` (the key it is compared
- * with), else of the key's section header. */
-static ssm_status check_fail(const checker *ck, config_key key, config_key other,
-                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static ssm_status check_fail(const checker *ck, config_key key, config_key other,
-                             const char *fmt, ...)
-{
-    int32_t line = 0;
-    if (ck->key_lines) {
-        line = ck->key_lines[key];
-        if (!line && other != KEY_NONE)
-            line = ck->key_lines[other];
-        if (!line && ck->header_lines)
-            line = ck->header_lines[key_specs[key].section];
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    ssm_status status = fail_atv(ck->config->source, line, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-static ssm_status check_int_keys(const checker *ck, int section)
-{
-    for (int k = 0; k < KEY_COUNT; k++) {
-        const key_spec *spec = &key_specs[k];
-        if (spec->section != section || !spec->is_int)
-            continue;
-        int32_t value = *(const int32_t *)((const char *)ck->config + spec->offset);
-        if (value < spec->min || value > spec->max) {
-            char range[48];
-            return check_fail(ck, (config_key)k, KEY_NONE, "[%s] %s = %d is out of range (allowed: %s)",
-                              section_names[section], spec->name, (int)value,
-                              describe_range(spec, range, sizeof range));
-        }
-    }
-    return SSM_OK;
-}
-
-static ssm_status check_model(const checker *ck)
-{
-    const ssm_model_dims *m = &ck->config->model;
-    if (m->kind != SSM_MODEL_GDN && m->kind != SSM_MODEL_KDA)
-        return check_fail(ck, KEY_KIND, KEY_NONE,
-                          "[model] kind = %d is not a model kind (allowed: gdn, kda)", (int)m->kind);
-    ssm_status status = check_int_keys(ck, SECTION_MODEL);
-    if (status != SSM_OK)
-        return status;
-    if (m->value_heads % m->heads != 0)
-        return check_fail(ck, KEY_VALUE_HEADS, KEY_HEADS,
-                          "[model] value_heads = %d must be a multiple of heads = %d "
-                          "(each key head serves value_heads / heads value heads)",
-                          (int)m->value_heads, (int)m->heads);
-    if (m->has_lower_bound) {
-        if (m->kind != SSM_MODEL_KDA)
-            return check_fail(ck, KEY_LOWER_BOUND, KEY_KIND,
-                              "[model] lower_bound applies to kind = kda only (this model is %s)",
-                              ssm_model_kind_name(m->kind));
-        if (!(isfinite(m->lower_bound) && m->lower_bound < 0.0f))
-            return check_fail(ck, KEY_LOWER_BOUND, KEY_NONE,
-                              "[model] lower_bound = %g must be negative (< 0)",
-                              (double)m->lower_bound);
-    }
-    return SSM_OK;
-}
-
-static ssm_status check_dtype(const checker *ck, config_key key, ssm_dtype dtype,
-                              const char *what)
-{
-    if (dtype == SSM_DTYPE_F32 || dtype == SSM_DTYPE_BF16)
-        return SSM_OK;
-    if (dtype == SSM_DTYPE_F16)
-        return check_fail(ck, key, KEY_NONE,
-                          "[state] %s = f16: f16 %s is not offered yet (allowed: f32, bf16)",
-                          key_specs[key].name, what);
-    return check_fail(ck, key, KEY_NONE, "[state] %s = %d is not a dtype (allowed: f32, bf16)",
-                      key_specs[key].name, (int)dtype);
-}
-
-static ssm_status check_state(const checker *ck)
-{
-    const ssm_config *c = ck->config;
-    if (!c->mode || !c->mode[0])
-        return check_fail(ck, KEY_MODE, KEY_NONE,
-                          "[state] mode is not set (name a mode plugin: native, compact, replay, ...)");
-    if (!is_plain_name(c->mode, strlen(c->mode)))
-        return check_fail(ck, KEY_MODE, KEY_NONE,
-                          "[state] mode = '%s' is not a plugin name "
-                          "(1 to %d characters of a-z, 0-9 and _)",
-                          c->mode, CONFIG_MAX_NAME);
-    ssm_status status = check_dtype(ck, KEY_STATE_DTYPE, c->state_dtype, "state");
-    if (status == SSM_OK)
-        status = check_dtype(ck, KEY_ACTIVATION_DTYPE, c->activation_dtype, "activation");
-    if (status != SSM_OK)
-        return status;
-    if (c->device.type == SSM_DEVICE_CPU) {
-        if (c->device.index != 0)
-            return check_fail(ck, KEY_DEVICE, KEY_NONE,
-                              "[state] device: the CPU has index 0, not %d", (int)c->device.index);
-    } else if (c->device.type == SSM_DEVICE_CUDA) {
-        if (c->device.index < 0)
-            return check_fail(ck, KEY_DEVICE, KEY_NONE,
-                              "[state] device = cuda:%d: the CUDA device index must be >= 0",
-                              (int)c->device.index);
-#ifndef HAVE_CUDA
-        return check_fail(ck, KEY_DEVICE, KEY_NONE,
-                          "[state] device = cuda: this build has no CUDA support "
-                          "(configure --with-cuda)");
-#endif
-    } else {
-        return check_fail(ck, KEY_DEVICE, KEY_NONE,
-                          "[state] device type %d is not a device (allowed: cpu, cuda, cuda:N)",
-                          (int)c->device.type);
-    }
-    return check_int_keys(ck, SECTION_STATE);
-}
-
-static ssm_status check_workload(const checker *ck)
-{
-    const ssm_workload *w = &ck->config->workload;
-    ssm_status status = check_int_keys(ck, SECTION_WORKLOAD);
-    if (status != SSM_OK)
-        return status;
-    if (w->prompt_max < w->prompt_min)
-        return check_fail(ck, KEY_PROMPT_MAX, KEY_PROMPT_MIN,
-                          "[workload] prompt_max = %d must be >= prompt_min = %d",
-                          (int)w->prompt_max, (int)w->prompt_min);
-    if (!(w->acceptance >= 0.0 && w->acceptance <= 1.0)) /* NaN fails too */
-        return check_fail(ck, KEY_ACCEPTANCE, KEY_NONE,
-                          "[workload] acceptance = %g is out of range (allowed: 0..1)",
-                          w->acceptance);
-    return SSM_OK;
-}
-
-static ssm_status check_config(const checker *ck)
-{
-    ssm_status status = check_model(ck);
-    if (status == SSM_OK)
-        status = check_state(ck);
-    if (status == SSM_OK)
-        status = check_workload(ck);
-    return status;
-}
-
-ssm_status ssm_config_validate(const ssm_config *config)
-{
-    if (!config)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_validate: config is NULL");
-    /* No lines here even for a loaded config: it was checked with lines when
-     * loaded, so a failure now is a value changed since, and the file's line
-     * would show the old one. */
-    checker ck = {config, NULL, NULL};
-    return check_config(&ck);
-}
-
-/* ----------------------------------------------------------- values */
-
-typedef enum parse_result { PARSE_OK, PARSE_BAD, PARSE_RANGE } parse_result;
-
-/* Decimal, nothing before or after; "" and " 1" are not integers. */
-static parse_result parse_int32(const char *text, int32_t *out)
-{
-    if (!(text[0] == '-' || text[0] == '+' || isdigit((unsigned char)text[0])))
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    long long value = strtoll(text, &end, 10);
-    if (end == text || *end != '\0')
-        return PARSE_BAD;
-    if (errno == ERANGE || value < INT32_MIN || value > INT32_MAX)
-        return PARSE_RANGE;
-    *out = (int32_t)value;
-    return PARSE_OK;
-}
-
-static parse_result parse_uint64(const char *text, uint64_t *out)
-{
-    /* strtoull would take "-1" as 2^64 - 1. */
-    if (!isdigit((unsigned char)text[0]))
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (*end != '\0')
-        return PARSE_BAD;
-    if (errno == ERANGE)
-        return PARSE_RANGE;
-    *out = (uint64_t)value;
-    return PARSE_OK;
-}
-
-/* A finite number; "nan", "inf" and overflow are not. */
-static parse_result parse_double(const char *text, double *out)
-{
-    if (!(text[0] == '-' || text[0] == '+' || text[0] == '.' || isdigit((unsigned char)text[0])))
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    double value = strtod(text, &end);
-    if (end == text || *end != '\0')
-        return PARSE_BAD;
-    if (!isfinite(value) || (errno == ERANGE && fabs(value) > 1.0))
-        return PARSE_RANGE;
-    *out = value;
-    return PARSE_OK;
-}
-
-static int parse_dtype(const char *text, ssm_dtype *out)
-{
-    if (!strcmp(text, "f32") || !strcmp(text, "fp32"))
-        *out = SSM_DTYPE_F32;
-    else if (!strcmp(text, "bf16"))
-        *out = SSM_DTYPE_BF16;
-    else if (!strcmp(text, "f16") || !strcmp(text, "fp16"))
-        *out = SSM_DTYPE_F16; /* known, refused by the checks with its own message */
-    else
-        return 0;
-    return 1;
-}
-
-/* cpu, cuda (device 0) or cuda:N. */
-static int parse_device(const char *text, ssm_device *out)
-{
-    if (!strcmp(text, "cpu")) {
-        *out = (ssm_device){SSM_DEVICE_CPU, 0};
-        return 1;
-    }
-    if (!strcmp(text, "cuda")) {
-        *out = (ssm_device){SSM_DEVICE_CUDA, 0};
-        return 1;
-    }
-    int32_t index;
-    if (!strncmp(text, "cuda:", 5) && parse_int32(text + 5, &index) == PARSE_OK) {
-        *out = (ssm_device){SSM_DEVICE_CUDA, index};
-        return 1;
-    }
-    return 0;
-}
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t dir_len = strlen(dir);
-    int need_slash = dir_len > 0 && dir[dir_len - 1] != '/';
-    char *path = malloc(dir_len + (size_t)need_slash + strlen(name) + 1);
-    if (path)
-        sprintf(path, "%s%s%s", dir, need_slash ? "/" : "", name);
-    return path;
-}
-
-/* The absolute directory of `config_path`, or the cwd when there is no file. */
-static char *directory_of(const char *config_path)
-{
-    const char *slash = config_path ? strrchr(config_path, '/') : NULL;
-    if (slash && config_path[0] == '/')
-        return strndup(config_path, slash == config_path ? 1 : (size_t)(slash - config_path));
-    char *cwd = getcwd(NULL, 0);
-    if (!cwd || !slash)
-        return cwd;
-    char *relative = strndup(config_path, (size_t)(slash - config_path));
-    char *dir = relative ? join_path(cwd, relative) : NULL;
-    free(relative);
-    free(cwd);
-    return dir;
-}
-
-/* The loader searches plugin_dir long after parsing, from whatever directory
- * the process is in by then; a relative plugin_dir means "next to the config
- * file", so it is made absolute now. NULL (errno set) on failure. */
-static char *resolve_plugin_dir(const char *config_path, const char *plugin_dir)
-{
-    if (plugin_dir[0] == '/' || plugin_dir[0] == '\0')
-        return strdup(plugin_dir);
-    char *dir = directory_of(config_path);
-    if (!dir)
-        return NULL;
-    char *resolved = join_path(dir, plugin_dir);
-    free(dir);
-    return resolved;
-}
-
-/* ---------------------------------------------------------- parsing */
-
-typedef struct parse_state {
-    config_owned *owned;
-    const char *source;      /* name in messages */
-    const char *config_path; /* the file, for a relative plugin_dir; NULL: cwd */
-    const char *next;        /* text not yet handed to inih */
-    int32_t line;            /* line last handed to inih */
-    int section;             /* SECTION_* */
-    int32_t mode_section;    /* index of the current mode section */
-    int32_t key_lines[KEY_COUNT];
-    int32_t header_lines[SECTION_FIXED_COUNT];
-    ssm_status status;       /* first error; parsing stops there */
-} parse_state;
-
-static ssm_status parse_fail(parse_state *ps, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static ssm_status parse_fail(parse_state *ps, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ps->status = fail_atv(ps->source, ps->line, fmt, ap);
-    va_end(ap);
-    return ps->status;
-}
-
-static ssm_status parse_out_of_memory(parse_state *ps)
-{
-    return ps->status = fail_out_of_memory(ps->source);
-}
-
-static ssm_status fail_value(parse_state *ps, config_key key, const char *value,
-                             parse_result result, const char *allowed)
-{
-    const key_spec *spec = &key_specs[key];
-    return parse_fail(ps, "[%s] %s = '%s' %s (allowed: %s)", section_names[spec->section],
-                      spec->name, value, result == PARSE_RANGE ? "is out of range" : "is not valid",
-                      allowed);
-}
-
-static ssm_status take_value(parse_state *ps, config_key key, const char *value)
-{
-    config_owned *owned = ps->owned;
-    ssm_config *c = &owned->config;
-    const key_spec *spec = &key_specs[key];
-    parse_result result;
-    if (spec->is_int) {
-        int32_t *field = (int32_t *)((char *)c + spec->offset);
-        char range[48], allowed[64];
-        result = parse_int32(value, field);
-        if (result == PARSE_OK)
-            return SSM_OK; /* range: checked with everything else, see check_int_keys */
-        snprintf(allowed, sizeof allowed, "an integer %s",
-                 describe_range(spec, range, sizeof range));
-        return fail_value(ps, key, value, result, allowed);
-    }
-    switch (key) {
-    case KEY_KIND:
-        if (!strcmp(value, "gdn"))
-            c->model.kind = SSM_MODEL_GDN;
-        else if (!strcmp(value, "kda"))
-            c->model.kind = SSM_MODEL_KDA;
-        else
-            return fail_value(ps, key, value, PARSE_BAD, "gdn, kda");
-        return SSM_OK;
-    case KEY_LOWER_BOUND: {
-        double bound = 0;
-        result = parse_double(value, &bound);
-        if (result == PARSE_OK && fabs(bound) > FLT_MAX)
-            result = PARSE_RANGE;
-        if (result != PARSE_OK)
-            return fail_value(ps, key, value, result, "a number < 0");
-        c->model.lower_bound = (float)bound;
-        c->model.has_lower_bound = 1;
-        return SSM_OK;
-    }
-    case KEY_MODE:
-        free(owned->mode);
-        owned->mode = strdup(value);
-        c->mode = owned->mode;
-        return owned->mode ? SSM_OK : parse_out_of_memory(ps);
-    case KEY_STATE_DTYPE:
-        return parse_dtype(value, &c->state_dtype)
-                   ? SSM_OK
-                   : fail_value(ps, key, value, PARSE_BAD, "f32, bf16");
-    case KEY_ACTIVATION_DTYPE:
-        return parse_dtype(value, &c->activation_dtype)
-                   ? SSM_OK
-                   : fail_value(ps, key, value, PARSE_BAD, "f32, bf16");
-    case KEY_DEVICE:
-        return parse_device(value, &c->device)
-                   ? SSM_OK
-                   : fail_value(ps, key, value, PARSE_BAD, "cpu, cuda, cuda:N");
-    case KEY_PLUGIN_DIR:
-        free(owned->plugin_dir);
-        owned->plugin_dir = resolve_plugin_dir(ps->config_path, value);
-        c->plugin_dir = owned->plugin_dir;
-        if (!owned->plugin_dir)
-            return parse_fail(ps, "[state] plugin_dir = '%s' cannot be resolved: %s", value,
-                              strerror(errno));
-        return SSM_OK;
-    case KEY_ACCEPTANCE:
-        result = parse_double(value, &c->workload.acceptance);
-        return result == PARSE_OK ? SSM_OK : fail_value(ps, key, value, result, "0..1");
-    case KEY_SEED:
-        result = parse_uint64(value, &c->workload.seed);
-        return result == PARSE_OK ? SSM_OK
-                                  : fail_value(ps, key, value, result, "0..18446744073709551615");
-    default:
-        return ps->status = ssm_error_set(SSM_ERR_INTERNAL, "config key %d has no parser",
-                                          (int)key);
-    }
-}
-
-static ssm_status take_mode_option(parse_state *ps, const char *key, const char *value)
-{
-    config_owned *owned = ps->owned;
-    int32_t s = ps->mode_section;
-    for (int32_t i = 0; i < owned->options_count[s]; i++)
-        if (!strcmp(owned->options[s][i].key, key))
-            return parse_fail(ps, "duplicate key '%s' in [%s] (first set at line %d)", key,
-                              owned->section_names[s], (int)owned->options[s][i].line);
-    if (!owned_add_option(owned, s, key, value, ps->line))
-        return parse_out_of_memory(ps);
-    return SSM_OK;
-}
-
-static ssm_status take_pair(parse_state *ps, const char *name, const char *value)
-{
-    if (!name[0])
-        return parse_fail(ps, "missing key name before '='");
-    if (ps->section == SECTION_NONE)
-        return parse_fail(ps,
-                          "key '%s' is outside any section (put it under [model], [state], "
-                          "[workload] or a mode section)",
-                          name);
-    if (ps->section == SECTION_MODE)
-        return take_mode_option(ps, name, value);
-    for (int k = 0; k < KEY_COUNT; k++) {
-        if (key_specs[k].section != ps->section || strcmp(key_specs[k].name, name))
-            continue;
-        if (ps->key_lines[k])
-            return parse_fail(ps, "duplicate key '%s' in [%s] (first set at line %d)", name,
-                              section_names[ps->section], (int)ps->key_lines[k]);
-        ps->key_lines[k] = ps->line;
-        return take_value(ps, (config_key)k, value);
-    }
-    char known[256];
-    return parse_fail(ps, "unknown key '%s' in [%s] (known keys: %s)", name,
-                      section_names[ps->section], list_keys(ps->section, 0, known, sizeof known));
-}
-
-/* inih's handler, called for each `key = value` line of the text. */
-static int handle_pair(void *user, const char *section, const char *name, const char *value)
-{
-    parse_state *ps = user;
-    (void)section; /* read_line tracked it, with more detail */
-    if (ps->status == SSM_OK)
-        take_pair(ps, name, value);
-    return ps->status == SSM_OK;
-}
-
-/* `line` is "[...]" plus whatever follows, NUL-terminated. */
-static ssm_status open_section(parse_state *ps, const char *line)
-{
-    const char *close = strchr(line, ']');
-    if (!close)
-        return parse_fail(ps, "section header has no closing ']'");
-    const char *name = line + 1;
-    size_t name_len = (size_t)(close - name);
-    const char *rest = close + 1;
-    while (*rest == ' ' || *rest == '\t')
-        rest++;
-    if (*rest != '\n' && *rest != '\0' && *rest != ';' && *rest != '#')
-        return parse_fail(ps, "unexpected text after [%.*s]", (int)name_len, name);
-    if (!is_plain_name(name, name_len))
-        return parse_fail(ps,
-                          "bad section name [%.*s] (section names are 1 to %d characters of "
-                          "a-z, 0-9 and _)",
-                          (int)name_len, name, CONFIG_MAX_NAME);
-    for (int s = 0; s < SECTION_FIXED_COUNT; s++) {
-        if (strlen(section_names[s]) != name_len || strncmp(section_names[s], name, name_len))
-            continue;
-        if (ps->header_lines[s])
-            return parse_fail(ps, "duplicate section [%s] (first at line %d)", section_names[s],
-                              (int)ps->header_lines[s]);
-        ps->header_lines[s] = ps->line;
-        ps->section = s;
-        return SSM_OK;
-    }
-    config_owned *owned = ps->owned;
-    for (int32_t s = 0; s < owned->config.mode_sections_count; s++)
-        if (strlen(owned->section_names[s]) == name_len &&
-            !strncmp(owned->section_names[s], name, name_len))
-            return parse_fail(ps, "duplicate section [%.*s] (first at line %d)", (int)name_len,
-                              name, (int)owned->section_lines[s]);
-    int32_t index = owned_add_section(owned, name, name_len, ps->line);
-    if (index < 0)
-        return parse_out_of_memory(ps);
-    ps->section = SECTION_MODE;
-    ps->mode_section = index;
-    return SSM_OK;
-}
-
-/* Where inih would end a key: at '=' or ':', or at a ';' comment that follows
- * a blank. */
-static const char *find_separator(const char *s)
-{
-    int after_blank = 0;
-    while (*s && *s != '=' && *s != ':' && !(after_blank && *s == ';')) {
-        after_blank = isspace((unsigned char)*s);
-        s++;
-    }
-    return s;
-}
-
-/* Checks a line (leading blanks gone, NUL-terminated) before inih sees it.
- * Section headers are handled here, as inih reports none. */
-static ssm_status check_line(parse_state *ps, const char *line)
-{
-    if (line[0] == '\n' || line[0] == '\0' || line[0] == ';' || line[0] == '#')
-        return SSM_OK; /* blank or comment */
-    if (line[0] == '[')
-        return open_section(ps, line);
-    const char *separator = find_separator(line);
-    if (*separator != '=' && *separator != ':') {
-        size_t len = strcspn(line, "\n");
-        return parse_fail(ps, "expected 'key = value' or '[section]', not '%.*s'", (int)len, line);
-    }
-    return SSM_OK;
-}
-
-/* inih's reader: the next line into `buffer` (of `size` bytes), or NULL at
- * the end or after an error. Leading blanks are dropped so inih never takes
- * an indented line for the continuation of the previous value. */
-static char *read_line(char *buffer, int size, void *stream)
-{
-    parse_state *ps = stream;
-    if (ps->status != SSM_OK || ps->next[0] == '\0')
-        return NULL;
-    const char *start = ps->next;
-    const char *end = strchr(start, '\n');
-    if (!end)
-        end = start + strlen(start);
-    ps->next = end[0] ? end + 1 : end;
-    ps->line++;
-    while (start < end && isspace((unsigned char)*start))
-        start++;
-    while (end > start && isspace((unsigned char)end[-1])) /* "\r" of CRLF too */
-        end--;
-    size_t len = (size_t)(end - start);
-    if (size < 3 || len > (size_t)size - 2) {
-        parse_fail(ps, "line is too long (at most %d characters)", size - 2);
-        return NULL;
-    }
-    memcpy(buffer, start, len);
-    buffer[len] = '\n';
-    buffer[len + 1] = '\0';
-    if (check_line(ps, buffer) != SSM_OK)
-        return NULL;
-    return buffer;
-}
-
-/* Every required key present; else the first missing one, at its section's
- * header, or at line 1 when the whole section is missing. */
-static ssm_status check_required(parse_state *ps)
-{
-    for (int k = 0; k < KEY_COUNT; k++) {
-        const key_spec *spec = &key_specs[k];
-        if (!spec->required || ps->key_lines[k])
-            continue;
-        int32_t header = ps->header_lines[spec->section];
-        if (!header) {
-            char required[256];
-            ps->line = 1;
-            return parse_fail(ps, "missing section [%s] (it needs: %s)", section_names[spec->section],
-                              list_keys(spec->section, 1, required, sizeof required));
-        }
-        ps->line = header;
-        return parse_fail(ps, "[%s] is missing required key '%s'", section_names[spec->section],
-                          spec->name);
-    }
-    return SSM_OK;
-}
-
-/* The one path of ssm_config_load and ssm_config_parse_text. */
-static ssm_status parse_config(const char *text, const char *source, const char *config_path,
-                               ssm_config **out)
-{
-    parse_state ps = {.source = source, .config_path = config_path, .next = text,
-                      .section = SECTION_NONE, .status = SSM_OK};
-    ps.owned = owned_new();
-    if (!ps.owned)
-        return fail_out_of_memory(source);
-    config_owned *owned = ps.owned;
-    /* A file's defaults differ from a struct's: engines run bf16 activations. */
-    owned->config.activation_dtype = SSM_DTYPE_BF16;
-    owned->config.mode = NULL;
-    owned->source = strdup(source);
-    if (!owned->source) {
-        owned_free(owned);
-        return fail_out_of_memory(source);
-    }
-    if (!strncmp(ps.next, "\xEF\xBB\xBF", 3)) /* UTF-8 byte order mark */
-        ps.next += 3;
-
-    int first_error = ini_parse_stream(read_line, &ps, handle_pair, &ps);
-    if (ps.status == SSM_OK && first_error == -2)
-        ps.status = fail_out_of_memory(source);
-    else if (ps.status == SSM_OK && first_error != 0)
-        /* read_line should have caught whatever inih objects to. */
-        ps.status = fail_at(source, first_error, "syntax error");
-    if (ps.status == SSM_OK)
-        check_required(&ps);
-    owned_publish(owned);
-    if (ps.status == SSM_OK) {
-        checker ck = {&owned->config, ps.key_lines, ps.header_lines};
-        ps.status = check_config(&ck);
-    }
-    if (ps.status != SSM_OK) {
-        owned_free(owned);
-        return ps.status;
-    }
-    *out = &owned->config;
-    return SSM_OK;
-}
-
-ssm_status ssm_config_parse_text(const char *text, const char *source, ssm_config **out)
-{
-    if (!text || !out)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_parse_text: %s is NULL",
-                             text ? "out" : "text");
-    return parse_config(text, source ? source : "<string>", NULL, out);
-}
-
-/* The whole file, NUL-terminated, in *out (the caller frees it). */
-static ssm_status read_text_file(const char *path, char **out)
-{
-    FILE *file = fopen(path, "rb");
-    if (!file)
-        return fail_at(path, 0, "cannot open config file: %s", strerror(errno));
-    size_t size = 0, capacity = 4096;
-    char *text = malloc(capacity);
-    ssm_status status = text ? SSM_OK : fail_out_of_memory(path);
-    while (status == SSM_OK) {
-        if (size + 1 == capacity) {
-            char *grown = capacity >= CONFIG_MAX_FILE_BYTES ? NULL : realloc(text, 2 * capacity);
-            if (!grown) {
-                status = capacity >= CONFIG_MAX_FILE_BYTES
-                             ? fail_at(path, 0, "not a config file: larger than %d bytes",
-                                       CONFIG_MAX_FILE_BYTES)
-                             : fail_out_of_memory(path);
-                break;
-            }
-            text = grown;
-            capacity *= 2;
-        }
-        size_t n = fread(text + size, 1, capacity - 1 - size, file);
-        size += n;
-        if (n == 0)
-            break;
-    }
-    if (status == SSM_OK && ferror(file))
-        status = fail_at(path, 0, "cannot read config file: %s", strerror(errno));
-    fclose(file);
-    if (status == SSM_OK) {
-        text[size] = '\0';
-        /* The parser stops at a NUL; say so rather than ignore the rest. */
-        const char *nul = memchr(text, '\0', size);
-        if (nul) {
-            int32_t line = 1;
-            for (const char *p = text; p < nul; p++)
-                line += *p == '\n';
-            status = fail_at(path, line, "NUL byte in the config file");
-        }
-    }
-    if (status != SSM_OK) {
-        free(text);
-        return status;
-    }
-    *out = text;
-    return SSM_OK;
-}
-
-ssm_status ssm_config_load(const char *path, ssm_config **out)
-{
-    if (!path || !out)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_load: %s is NULL",
-                             path ? "out" : "path");
-    char *text = NULL;
-    ssm_status status = read_text_file(path, &text);
-    if (status != SSM_OK)
-        return status;
-    status = parse_config(text, path, path, out);
-    free(text);
-    return status;
 }
 
 /* ------------------------------------------------------- other forms */

@@ -1,0 +1,168 @@
+/* Configuration: the checks every ssm_config must pass, whether it came from
+ * a file or was filled in by the engine (SPEC 7, 10). A loaded config is
+ * checked with the lines of its keys; a struct, without. */
+
+#include "config.h" /* the build's: HAVE_CUDA */
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "core/config_private.h"
+
+/* ------------------------------------------------------------ checking */
+
+/* Reports at the line of `key`, else of `other` (the key it is compared
+ * with), else of the key's section header. */
+static ssm_status check_fail(const checker *ck, config_key key, config_key other,
+                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static ssm_status check_fail(const checker *ck, config_key key, config_key other,
+                             const char *fmt, ...)
+{
+    int32_t line = 0;
+    if (ck->key_lines) {
+        line = ck->key_lines[key];
+        if (!line && other != KEY_NONE)
+            line = ck->key_lines[other];
+        if (!line && ck->header_lines)
+            line = ck->header_lines[key_specs[key].section];
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    ssm_status status = fail_atv(ck->config->source, line, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static ssm_status check_int_keys(const checker *ck, int section)
+{
+    for (int k = 0; k < KEY_COUNT; k++) {
+        const key_spec *spec = &key_specs[k];
+        if (spec->section != section || !spec->is_int)
+            continue;
+        int32_t value = *(const int32_t *)((const char *)ck->config + spec->offset);
+        if (value < spec->min || value > spec->max) {
+            char range[48];
+            return check_fail(ck, (config_key)k, KEY_NONE, "[%s] %s = %d is out of range (allowed: %s)",
+                              section_names[section], spec->name, (int)value,
+                              describe_range(spec, range, sizeof range));
+        }
+    }
+    return SSM_OK;
+}
+
+static ssm_status check_model(const checker *ck)
+{
+    const ssm_model_dims *m = &ck->config->model;
+    if (m->kind != SSM_MODEL_GDN && m->kind != SSM_MODEL_KDA)
+        return check_fail(ck, KEY_KIND, KEY_NONE,
+                          "[model] kind = %d is not a model kind (allowed: gdn, kda)", (int)m->kind);
+    ssm_status status = check_int_keys(ck, SECTION_MODEL);
+    if (status != SSM_OK)
+        return status;
+    if (m->value_heads % m->heads != 0)
+        return check_fail(ck, KEY_VALUE_HEADS, KEY_HEADS,
+                          "[model] value_heads = %d must be a multiple of heads = %d "
+                          "(each key head serves value_heads / heads value heads)",
+                          (int)m->value_heads, (int)m->heads);
+    if (m->has_lower_bound) {
+        if (m->kind != SSM_MODEL_KDA)
+            return check_fail(ck, KEY_LOWER_BOUND, KEY_KIND,
+                              "[model] lower_bound applies to kind = kda only (this model is %s)",
+                              ssm_model_kind_name(m->kind));
+        if (!(isfinite(m->lower_bound) && m->lower_bound < 0.0f))
+            return check_fail(ck, KEY_LOWER_BOUND, KEY_NONE,
+                              "[model] lower_bound = %g must be negative (< 0)",
+                              (double)m->lower_bound);
+    }
+    return SSM_OK;
+}
+
+static ssm_status check_dtype(const checker *ck, config_key key, ssm_dtype dtype,
+                              const char *what)
+{
+    if (dtype == SSM_DTYPE_F32 || dtype == SSM_DTYPE_BF16)
+        return SSM_OK;
+    if (dtype == SSM_DTYPE_F16)
+        return check_fail(ck, key, KEY_NONE,
+                          "[state] %s = f16: f16 %s is not offered yet (allowed: f32, bf16)",
+                          key_specs[key].name, what);
+    return check_fail(ck, key, KEY_NONE, "[state] %s = %d is not a dtype (allowed: f32, bf16)",
+                      key_specs[key].name, (int)dtype);
+}
+
+static ssm_status check_state(const checker *ck)
+{
+    const ssm_config *c = ck->config;
+    if (!c->mode || !c->mode[0])
+        return check_fail(ck, KEY_MODE, KEY_NONE,
+                          "[state] mode is not set (name a mode plugin: native, compact, replay, ...)");
+    if (!is_plain_name(c->mode, strlen(c->mode)))
+        return check_fail(ck, KEY_MODE, KEY_NONE,
+                          "[state] mode = '%s' is not a plugin name "
+                          "(1 to %d characters of a-z, 0-9 and _)",
+                          c->mode, CONFIG_MAX_NAME);
+    ssm_status status = check_dtype(ck, KEY_STATE_DTYPE, c->state_dtype, "state");
+    if (status == SSM_OK)
+        status = check_dtype(ck, KEY_ACTIVATION_DTYPE, c->activation_dtype, "activation");
+    if (status != SSM_OK)
+        return status;
+    if (c->device.type == SSM_DEVICE_CPU) {
+        if (c->device.index != 0)
+            return check_fail(ck, KEY_DEVICE, KEY_NONE,
+                              "[state] device: the CPU has index 0, not %d", (int)c->device.index);
+    } else if (c->device.type == SSM_DEVICE_CUDA) {
+        if (c->device.index < 0)
+            return check_fail(ck, KEY_DEVICE, KEY_NONE,
+                              "[state] device = cuda:%d: the CUDA device index must be >= 0",
+                              (int)c->device.index);
+#ifndef HAVE_CUDA
+        return check_fail(ck, KEY_DEVICE, KEY_NONE,
+                          "[state] device = cuda: this build has no CUDA support "
+                          "(configure --with-cuda)");
+#endif
+    } else {
+        return check_fail(ck, KEY_DEVICE, KEY_NONE,
+                          "[state] device type %d is not a device (allowed: cpu, cuda, cuda:N)",
+                          (int)c->device.type);
+    }
+    return check_int_keys(ck, SECTION_STATE);
+}
+
+static ssm_status check_workload(const checker *ck)
+{
+    const ssm_workload *w = &ck->config->workload;
+    ssm_status status = check_int_keys(ck, SECTION_WORKLOAD);
+    if (status != SSM_OK)
+        return status;
+    if (w->prompt_max < w->prompt_min)
+        return check_fail(ck, KEY_PROMPT_MAX, KEY_PROMPT_MIN,
+                          "[workload] prompt_max = %d must be >= prompt_min = %d",
+                          (int)w->prompt_max, (int)w->prompt_min);
+    if (!(w->acceptance >= 0.0 && w->acceptance <= 1.0)) /* NaN fails too */
+        return check_fail(ck, KEY_ACCEPTANCE, KEY_NONE,
+                          "[workload] acceptance = %g is out of range (allowed: 0..1)",
+                          w->acceptance);
+    return SSM_OK;
+}
+
+ssm_status check_config(const checker *ck)
+{
+    ssm_status status = check_model(ck);
+    if (status == SSM_OK)
+        status = check_state(ck);
+    if (status == SSM_OK)
+        status = check_workload(ck);
+    return status;
+}
+
+ssm_status ssm_config_validate(const ssm_config *config)
+{
+    if (!config)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_validate: config is NULL");
+    /* No lines here even for a loaded config: it was checked with lines when
+     * loaded, so a failure now is a value changed since, and the file's line
+     * would show the old one. */
+    checker ck = {config, NULL, NULL};
+    return check_config(&ck);
+}
