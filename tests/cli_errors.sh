@@ -1,6 +1,7 @@
 #!/bin/sh
-# The command's failure modes (TAP): a bad config, a missing plugin and a
-# wrong-ABI plugin each give exactly one error line on stderr and exit 2.
+# The command's failure modes (TAP): a bad config, a missing plugin, a
+# wrong-ABI plugin, an unknown mode in --modes and a bad --pool-bytes each give
+# exactly one error line on stderr and exit 2.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -33,7 +34,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..6"
+echo "1..9"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -44,4 +45,11 @@ printf '%s\n[state]\nmode = wrong_abi\nstate_dtype = f32\nmax_requests = 1\nplug
 expect_one_line "wrong ABI plugin" "ABI version 99" "$ssmstate" run "$tmp/abi.ini"
 expect_one_line "missing file" "$tmp/none.ini" "$ssmstate" check "$tmp/none.ini"
 expect_one_line "bad usage" "usage" "$ssmstate" frobnicate
+printf '%s\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/ok.ini"
+expect_one_line "unknown mode in --modes" "unknown mode 'nosuch'" \
+    "$ssmstate" run "$tmp/ok.ini" --modes native,nosuch
+expect_one_line "--modes with --dump" "cannot be combined" \
+    "$ssmstate" run "$tmp/ok.ini" --modes all --dump "$tmp/dump"
+expect_one_line "bad --pool-bytes" "--pool-bytes: '40GB'" \
+    "$ssmstate" check "$tmp/ok.ini" --pool-bytes 40GB
 [ "$fails" -eq 0 ]

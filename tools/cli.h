@@ -11,7 +11,8 @@
 /* Exit codes of every subcommand (issue 2, item 6). */
 enum {
     CLI_EXIT_OK = 0,
-    CLI_EXIT_CHECK_FAILED = 1, /* `run`: an output or state broke SPEC 3.5 */
+    CLI_EXIT_CHECK_FAILED = 1, /* `run`: an output or state broke SPEC 3.5, or
+                                * (--modes) a mode broke its relation to native */
     CLI_EXIT_USAGE = 2         /* bad usage, config, plugin, or a library error */
 };
 
@@ -19,6 +20,10 @@ enum {
 int cmd_plugins(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+
+/* `run CONFIG --modes LIST` (cmd_run_modes.c): LIST is "all" or mode names
+ * separated by commas. */
+int cmd_run_modes(const char *config_path, const char *modes, int show_progress);
 
 /* Prints "ssmstate: <message>" as one line on stderr; returns CLI_EXIT_USAGE
  * so error paths read `return cli_fail(...)`. */
@@ -35,6 +40,10 @@ int cli_fail_library(void);
  * path), in a calloc'ed array the caller frees. Returns CLI_EXIT_OK, or an
  * exit code after printing the error. */
 int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *count);
+
+/* Puts native, compact and replay first, in that order; the others keep
+ * the order they were found in. */
+void cli_sort_plugins(ssm_plugin_info *infos, int32_t count);
 
 /* "12345 B", "1.50 KiB", "2.00 MiB", "3.25 GiB" into buf; returns buf. */
 const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len);

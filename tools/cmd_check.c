@@ -1,6 +1,9 @@
-/* `ssmstate check CONFIG`: validates a config and prints what it resolves to
- * and what it costs, in its own mode and in every other mode found, so an
+/* `ssmstate check CONFIG [--pool-bytes N]`: validates a config and prints
+ * what it resolves to and what it costs, in its own mode and in every other
+ * mode found (and how many slots each fits in a pool of N bytes), so an
  * operator can compare modes before editing `mode =`. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,27 +46,106 @@ static void print_plan(const ssm_plan *p)
            p->capacity);
 }
 
-/* The plan of `config` in every other usable mode found on its plugin path.
- * A mode that cannot plan this config gets one line saying why. */
-static int print_other_modes(const ssm_config *config)
+/* Parses a pool size: an integer number of bytes with an optional binary
+ * suffix K, M, G or T (also KiB .. TiB; 40G = 40 * 2^30 bytes). Returns 0, or
+ * -1 for anything else. */
+static int parse_bytes(const char *text, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    char *end;
+    if (!isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -1;
+    unsigned shift = 0;
+    if (*end) {
+        const char *unit = strchr(units, toupper((unsigned char)*end));
+        if (!unit || (end[1] && strcmp(end + 1, "iB") != 0))
+            return -1;
+        shift = 10u * (unsigned)(unit - units + 1);
+    }
+    if (value > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)value << shift;
+    return 0;
+}
+
+/* One usable mode's plan, split as the table prints it. */
+typedef struct mode_cost {
+    uint64_t per_slot, state, conv, history, shared, pool;
+} mode_cost;
+
+/* "state" is one matrix state per layer, the least any mode keeps; what a
+ * mode keeps beyond that and the conv buffer is its history: native's other
+ * snapshots and snapshot index, compact's records, replay's ring and cursor. */
+static mode_cost cost_of(const ssm_config *c, const ssm_plan *p)
+{
+    uint64_t one_state = (uint64_t)c->model.layers * (uint64_t)c->model.value_heads *
+                         (uint64_t)c->model.value_dim * (uint64_t)c->model.key_dim *
+                         ssm_dtype_size(c->state_dtype);
+    mode_cost m;
+    m.per_slot = p->bytes_per_slot;
+    m.state = p->state_bytes_per_slot < one_state ? p->state_bytes_per_slot : one_state;
+    m.conv = p->conv_bytes_per_slot;
+    m.history = p->bytes_per_slot - m.state - m.conv;
+    m.shared = p->shared_bytes;
+    m.pool = p->pool_bytes;
+    return m;
+}
+
+/* Slots that fit in pool_bytes: floor((pool - shared) / per slot). */
+static uint64_t capacity_in(uint64_t pool_bytes, const mode_cost *m)
+{
+    return pool_bytes > m->shared && m->per_slot ? (pool_bytes - m->shared) / m->per_slot : 0;
+}
+
+static void print_mode_row(const ssm_config *c, const char *name, const mode_cost *m,
+                           const mode_cost *native, uint64_t pool_bytes)
+{
+    char a[32], b[32], d[32], e[32], f[32], marked[80], ratio[16] = "-";
+    snprintf(marked, sizeof marked, "%.64s%s", name, strcmp(name, c->mode) ? "" : "*");
+    if (native)
+        snprintf(ratio, sizeof ratio, "%.1f%%", 100.0 * (double)m->per_slot /
+                                                    (double)native->per_slot);
+    printf("  %-10s %-12s %-12s %-12s %-12s %-10s ", marked,
+           cli_format_bytes(m->per_slot, a, sizeof a), cli_format_bytes(m->state, b, sizeof b),
+           cli_format_bytes(m->conv, d, sizeof d), cli_format_bytes(m->history, e, sizeof e),
+           ratio);
+    cli_format_bytes(m->pool, f, sizeof f);
+    if (pool_bytes)
+        printf("%-16s%llu\n", f, (unsigned long long)capacity_in(pool_bytes, m));
+    else
+        printf("%s\n", f);
+}
+
+/* The plan of `config` in every usable mode found on its plugin path (its own
+ * mode marked *), and each mode's capacity in pool_bytes (0: not asked). A
+ * mode that cannot plan this config gets one line saying why. */
+static int print_modes(const ssm_config *config, uint64_t pool_bytes)
 {
     ssm_plugin_info *infos = NULL;
     int32_t count = 0;
     int exit_code = cli_list_plugins(config->plugin_dir, &infos, &count);
     if (exit_code != CLI_EXIT_OK)
         return exit_code;
+    cli_sort_plugins(infos, count);
 
-    int printed_header = 0;
+    char a[32], pool[32], capacity[48] = "";
+    snprintf(pool, sizeof pool, "pool (%d slots)", config->max_requests);
+    if (pool_bytes)
+        snprintf(capacity, sizeof capacity, "  slots in %s",
+                 cli_format_bytes(pool_bytes, a, sizeof a));
+    printf("\nper mode (same config, only `mode` changed; * marks this config's mode):\n");
+    printf("  %-10s %-12s %-12s %-12s %-12s %-10s %-14s%s\n", "mode", "bytes/slot", "state",
+           "conv", "history", "of native", pool, capacity);
+    mode_cost native;
+    int have_native = 0;
     for (int32_t i = 0; i < count; i++) {
         const ssm_plugin_info *info = &infos[i];
-        /* abi_version 0: a file on the path that is no plugin at all */
-        if (info->abi_version == 0 || !strcmp(info->name, config->mode))
+        if (info->abi_version == 0) /* a file on the path that is no plugin at all */
             continue;
-        if (!printed_header) {
-            printf("\nother modes (same config, only `mode` changed):\n");
-            printf("  %-10s %-14s %s\n", "mode", "bytes/slot", "pool bytes");
-            printed_header = 1;
-        }
         if (info->status != SSM_OK) {
             printf("  %-10s unusable: %s\n", info->name, info->error);
             continue;
@@ -71,33 +153,49 @@ static int print_other_modes(const ssm_config *config)
         ssm_config other = *config; /* shallow: only the mode changes */
         other.mode = info->name;
         ssm_plan plan;
-        char a[32], b[32];
         if (ssm_config_plan(&other, &plan) != SSM_OK) {
             printf("  %-10s no plan: %s\n", info->name, ssm_last_error());
             continue;
         }
-        printf("  %-10s %-14s %s\n", info->name,
-               cli_format_bytes(plan.bytes_per_slot, a, sizeof a),
-               cli_format_bytes(plan.pool_bytes, b, sizeof b));
+        mode_cost cost = cost_of(config, &plan);
+        if (!strcmp(info->name, "native")) {
+            native = cost;
+            have_native = 1;
+        }
+        print_mode_row(config, info->name, &cost, have_native ? &native : NULL, pool_bytes);
     }
+    printf("  (state: one matrix state per layer, the least any mode keeps; history: the rest "
+           "beyond the conv buffer:\n   native's other snapshots, compact's records, replay's "
+           "ring and cursors");
+    if (pool_bytes)
+        printf(";\n   slots: floor((pool bytes - shared bytes) / bytes per slot)");
+    printf(")\n");
     free(infos);
     return CLI_EXIT_OK;
 }
 
-static const char usage_line[] = "ssmstate check CONFIG";
+static const char usage_line[] = "ssmstate check CONFIG [--pool-bytes N[K|M|G|T]]";
 
 int cmd_check(int argc, char **argv)
 {
     static const struct option options[] = {
+        {"pool-bytes", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    uint64_t pool_bytes = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        if (opt != 'h')
-            return cli_usage(usage_line, argv[optind - 1]);
-        printf("usage: %s\n", usage_line);
-        return CLI_EXIT_OK;
+    while ((opt = getopt_long(argc, argv, "p:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'p':
+            if (parse_bytes(optarg, &pool_bytes) != 0 || pool_bytes == 0)
+                return cli_fail("--pool-bytes: '%s' is not a size (bytes, or a number with "
+                                "K, M, G or T: powers of 1024, e.g. 40G)",
+                                optarg);
+            break;
+        case 'h': printf("usage: %s\n", usage_line); return CLI_EXIT_OK;
+        default: return cli_usage(usage_line, argv[optind - 1]);
+        }
     }
     if (optind != argc - 1) /* no CONFIG, or a second one */
         return cli_usage(usage_line, optind < argc ? argv[optind + 1] : NULL);
@@ -113,7 +211,7 @@ int cmd_check(int argc, char **argv)
     }
     print_config(path, config);
     print_plan(&plan);
-    int exit_code = print_other_modes(config);
+    int exit_code = print_modes(config, pool_bytes);
     ssm_config_free(config);
     return exit_code;
 }

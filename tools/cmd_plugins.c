@@ -63,6 +63,28 @@ int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *cou
     }
 }
 
+/* Where a mode goes in a listing: the built-in modes first, in SPEC order. */
+static int mode_rank(const ssm_plugin_info *info)
+{
+    static const char *const built_in[] = {"native", "compact", "replay"};
+    for (int i = 0; i < 3; i++)
+        if (info->abi_version != 0 && !strcmp(info->name, built_in[i]))
+            return i;
+    return 3;
+}
+
+void cli_sort_plugins(ssm_plugin_info *infos, int32_t count)
+{
+    /* insertion sort: stable, and lists are short */
+    for (int32_t i = 1; i < count; i++) {
+        ssm_plugin_info moving = infos[i];
+        int32_t j = i;
+        for (; j > 0 && mode_rank(&infos[j - 1]) > mode_rank(&moving); j--)
+            infos[j] = infos[j - 1];
+        infos[j] = moving;
+    }
+}
+
 static const char usage_line[] = "ssmstate plugins [--plugin-dir DIR]";
 
 int cmd_plugins(int argc, char **argv)

@@ -16,6 +16,8 @@ static const char usage_text[] =
     "  check CONFIG                        validate a config and print its plan\n"
     "  run CONFIG [--dump DIR] [--quiet]   simulate a serving session and check\n"
     "                                      every output against the CPU reference\n"
+    "  run CONFIG --modes LIST [--quiet]   the same session once per mode (LIST:\n"
+    "                                      native,compact,replay or all), side by side\n"
     "\n"
     "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
 

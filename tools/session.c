@@ -51,7 +51,7 @@ typedef struct batch_rows {
     int32_t *accepted;/* [count] rounds only */
 } batch_rows;
 
-typedef struct session {
+struct session {
     ssm_ctx *ctx;
     const ssm_config *config;
     ssm_model_dims model;
@@ -59,6 +59,7 @@ typedef struct session {
     int32_t lanes, tokens_per_row;
     int64_t max_committed; /* longest request: prompt_max + decode_steps * T */
     session_summary *sum;
+    const session_observer *observer; /* NULL: none */
 
     synth_weights weights;
     shadow *shadow;
@@ -82,7 +83,7 @@ typedef struct session {
     float *lane_outputs;
     float *stage_x, *stage_gate, *stage_beta, *stage_state, *stage_window;
     void *one_x, *one_gate, *one_beta;
-} session;
+};
 
 static double now_seconds(void)
 {
@@ -228,6 +229,7 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
     s->max_committed = (int64_t)c->workload.prompt_max +
                        (int64_t)c->workload.decode_steps * s->tokens_per_row;
     s->sum = sum;
+    s->observer = opt->observer;
     sum->requests = c->workload.requests;
     sum->lanes = s->lanes;
     sum->tokens_per_row = s->tokens_per_row;
@@ -258,7 +260,7 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
 
 /* Counts a failed comparison and keeps the first one's description. */
 static void note_violation(session *s, const char *what, const request *req, int32_t layer,
-                           shadow_result r)
+                           bound_result r)
 {
     session_summary *sum = s->sum;
     if (sum->violations++ == 0)
@@ -268,28 +270,22 @@ static void note_violation(session *s, const char *what, const request *req, int
                  what, req->id, layer, req->committed, r.rel_rms, (long long)r.max_ulps);
 }
 
-/* NaN sticks: a NaN error is the worst error. */
-static void track_max(double *max, double value)
-{
-    if (!isnan(*max) && (isnan(value) || value > *max))
-        *max = value;
-}
-
 static void record_output(session *s, const char *what, const request *req, int32_t layer,
-                          shadow_result r)
+                          bound_result r)
 {
     s->sum->output_blocks++;
-    track_max(&s->sum->max_rel_error, r.rel_rms);
+    bound_track_max(&s->sum->max_rel_error, r.rel_rms);
     if (r.max_ulps > s->sum->max_ulps)
         s->sum->max_ulps = r.max_ulps;
     if (!r.pass)
         note_violation(s, what, req, layer, r);
 }
 
-/* Checks every real row of a batch the library just ran for `layer`, and
- * keeps the committed outputs when dumping. */
-static void check_rows(session *s, const batch_rows *b, int32_t layer, const char *what)
+/* Checks every real row of a batch the library just ran for `layer`, shows
+ * it to the observer, and keeps the committed outputs when dumping. */
+static void check_rows(session *s, const batch_rows *b, int32_t layer, session_step_kind kind)
 {
+    static const char *const what[] = {"prefill", "decode", "verify"};
     const ssm_model_dims *m = &s->model;
     const int64_t out_width = (int64_t)m->value_heads * m->value_dim;
     const ssm_step_io io = {s->x, s->gate, s->beta, s->out};
@@ -298,9 +294,14 @@ static void check_rows(session *s, const batch_rows *b, int32_t layer, const cha
         if (!row->req)
             continue;
         ssm_step_io row_io = shadow_io_at(m, s->act, &io, b->offsets[r]);
-        record_output(s, what, row->req, layer,
+        record_output(s, what[kind], row->req, layer,
                       shadow_step(s->shadow, row->req->lane, layer, &s->weights.layer[layer],
                                   &row_io, row->tokens, row->keep));
+        if (s->observer && s->observer->output) {
+            const session_block block = {row->req->id, layer, kind, row->tokens, row->keep,
+                                         row_io.out};
+            s->observer->output(s->observer->user, &block);
+        }
         if (!s->lane_outputs)
             continue;
         float *kept = s->lane_outputs +
@@ -410,7 +411,7 @@ static int run_layer(session *s, int32_t layer, ssm_ticket *ticket)
         s->sum->library_seconds += now_seconds() - start;
         if (status != SSM_OK)
             return cli_fail_library();
-        check_rows(s, &s->prefill, layer, "prefill");
+        check_rows(s, &s->prefill, layer, SESSION_PREFILL);
     }
     if (s->round.count > 0) {
         const ssm_batch batch = {.rows = s->round.count, .tokens = s->tokens_per_row,
@@ -424,7 +425,8 @@ static int run_layer(session *s, int32_t layer, ssm_ticket *ticket)
         s->sum->library_seconds += now_seconds() - start;
         if (status != SSM_OK)
             return cli_fail_library();
-        check_rows(s, &s->round, layer, s->tokens_per_row == 1 ? "decode" : "verify");
+        check_rows(s, &s->round, layer,
+                   s->tokens_per_row == 1 ? SESSION_DECODE : SESSION_VERIFY);
     }
     return CLI_EXIT_OK;
 }
@@ -525,12 +527,15 @@ static int finish_request(session *s, request *req)
         return cli_fail_library();
     } else {
         for (int32_t l = 0; l < s->model.layers; l++) {
-            shadow_result r = shadow_compare_canonical(s->shadow, req->lane, l,
-                                                       s->export_window[l], s->export_state[l]);
+            bound_result r = shadow_compare_canonical(s->shadow, req->lane, l,
+                                                      s->export_window[l], s->export_state[l]);
             s->sum->final_states++;
-            track_max(&s->sum->max_state_rel_error, r.rel_rms);
+            bound_track_max(&s->sum->max_state_rel_error, r.rel_rms);
             if (!r.pass)
                 note_violation(s, "final state (or conv window)", req, l, r);
+            if (s->observer && s->observer->final_state)
+                s->observer->final_state(s->observer->user, req->id, l, s->export_window[l],
+                                         s->export_state[l]);
         }
         int exit_code = s->dump ? dump_finished(s, req) : CLI_EXIT_OK;
         if (exit_code != CLI_EXIT_OK)
@@ -559,33 +564,76 @@ static int finish_requests(session *s)
 
 /* ------------------------------------------------------------- the run */
 
-int session_run(ssm_ctx *ctx, const session_options *opt, session_summary *out)
+int session_passed(const session_summary *s)
 {
-    session s;
-    memset(&s, 0, sizeof s);
-    memset(out, 0, sizeof *out);
-    double start = now_seconds();
-    int exit_code = session_init(&s, ctx, opt, out);
-    progress bar;
-    progress_begin(&bar, opt->show_progress && exit_code == CLI_EXIT_OK, out->requests,
-                   "requests");
-    while (exit_code == CLI_EXIT_OK && s.finished < out->requests) {
-        exit_code = run_forward(&s);
-        if (exit_code == CLI_EXIT_OK)
-            exit_code = finish_requests(&s);
-        progress_update(&bar, s.finished);
-    }
-    progress_end(&bar);
-    out->wall_seconds = now_seconds() - start;
+    return s->violations == 0 && s->status_flags == 0 && !isnan(s->max_rel_error);
+}
 
+int session_open(ssm_ctx *ctx, const session_options *opt, session_summary *out,
+                 session **result)
+{
+    double start = now_seconds();
+    memset(out, 0, sizeof *out);
+    session *s = calloc(1, sizeof *s);
+    if (!s)
+        return cli_fail("out of memory for the session");
+    int exit_code = session_init(s, ctx, opt, out);
+    if (exit_code != CLI_EXIT_OK) {
+        dump_close(s->dump, 0);
+        session_free(s);
+        free(s);
+        return exit_code;
+    }
+    out->wall_seconds += now_seconds() - start;
+    *result = s;
+    return CLI_EXIT_OK;
+}
+
+int session_forward(session *s)
+{
+    double start = now_seconds();
+    int exit_code = run_forward(s);
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = finish_requests(s);
+    s->sum->wall_seconds += now_seconds() - start;
+    return exit_code;
+}
+
+int32_t session_finished(const session *s)
+{
+    return s->finished;
+}
+
+int session_close(session *s, int exit_code)
+{
+    double start = now_seconds();
+    session_summary *out = s->sum;
     ssm_ctx_report report;
-    if (exit_code == CLI_EXIT_OK && ssm_ctx_status(ctx, &report) != SSM_OK)
+    if (exit_code == CLI_EXIT_OK && ssm_ctx_status(s->ctx, &report) != SSM_OK)
         exit_code = cli_fail_library();
     else if (exit_code == CLI_EXIT_OK)
         out->status_flags = report.flags;
-    int dump_exit = dump_close(s.dump, exit_code == CLI_EXIT_OK);
+    int dump_exit = dump_close(s->dump, exit_code == CLI_EXIT_OK);
     if (exit_code == CLI_EXIT_OK)
         exit_code = dump_exit;
-    session_free(&s);
+    session_free(s);
+    free(s);
+    out->wall_seconds += now_seconds() - start;
     return exit_code;
+}
+
+int session_run(ssm_ctx *ctx, const session_options *opt, session_summary *out)
+{
+    session *s = NULL;
+    int exit_code = session_open(ctx, opt, out, &s);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+    progress bar;
+    progress_begin(&bar, opt->show_progress, out->requests, "requests");
+    while (exit_code == CLI_EXIT_OK && session_finished(s) < out->requests) {
+        exit_code = session_forward(s);
+        progress_update(&bar, session_finished(s));
+    }
+    progress_end(&bar);
+    return session_close(s, exit_code);
 }

@@ -1,15 +1,9 @@
-/* Reference shadow and the SPEC 3.5 bounds (see shadow.h). */
-#include <math.h>
+/* Reference shadow (see shadow.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/reference.h"
 #include "shadow.h"
-
-/* SPEC 3.5, "any mode, CPU vs CUDA" (the replay-vs-native bounds): fp32
- * activations and state: relative RMS <= 1e-5; bf16 outputs over an fp32
- * state: each element within one bf16 ulp; bf16 state: relative RMS <= 4e-3. */
-typedef enum bound_kind { BOUND_REL_RMS, BOUND_BF16_ULP } bound_kind;
 
 struct shadow {
     ssm_model_dims model;
@@ -20,8 +14,7 @@ struct shadow {
     unsigned char *tail_window, *tail_state; /* scratch for rejected tokens */
     void *ref_out;                     /* [max_tokens][HV][V] activation dtype */
     float *scratch;                    /* ssm_ref_sequence scratch */
-    bound_kind output_bound;
-    double output_limit, state_limit;  /* relative RMS limits */
+    bound output_bound, state_bound;   /* SPEC 3.5, "any mode, CPU vs CUDA" */
 };
 
 int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act, int32_t lanes,
@@ -49,17 +42,8 @@ int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
         shadow_destroy(s);
         return -1;
     }
-    if (state_dtype == SSM_DTYPE_BF16) {
-        s->output_bound = BOUND_REL_RMS;
-        s->output_limit = 4e-3;
-    } else if (act == SSM_DTYPE_F32) {
-        s->output_bound = BOUND_REL_RMS;
-        s->output_limit = 1e-5;
-    } else {
-        s->output_bound = BOUND_BF16_ULP;
-        s->output_limit = INFINITY; /* the ulp test decides */
-    }
-    s->state_limit = state_dtype == SSM_DTYPE_BF16 ? 4e-3 : 1e-5;
+    s->output_bound = bound_for_outputs(state_dtype, act);
+    s->state_bound = bound_for_states(state_dtype);
     *out = s;
     return 0;
 }
@@ -106,53 +90,7 @@ ssm_step_io shadow_io_at(const ssm_model_dims *m, ssm_dtype act, const ssm_step_
     return at;
 }
 
-/* Position of a bf16 value on the number line, so that adjacent values
- * differ by one and +0 == -0. */
-static int64_t bf16_ordinal(uint16_t bits)
-{
-    int64_t magnitude = bits & 0x7fff;
-    return (bits & 0x8000) ? -magnitude : magnitude;
-}
-
-static int bf16_is_nan(uint16_t bits)
-{
-    return (bits & 0x7f80) == 0x7f80 && (bits & 0x007f) != 0;
-}
-
-static double relative_rms(const void *got, const void *ref, ssm_dtype t, int64_t n)
-{
-    double diff2 = 0.0, ref2 = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double g = ssm_ref_load(got, t, i), r = ssm_ref_load(ref, t, i);
-        diff2 += (g - r) * (g - r); /* NaN in got makes the result NaN: never passes */
-        ref2 += r * r;
-    }
-    if (ref2 == 0.0)
-        return diff2 == 0.0 ? 0.0 : (isnan(diff2) ? NAN : INFINITY);
-    return sqrt(diff2 / ref2);
-}
-
-static shadow_result compare(const void *got, const void *ref, ssm_dtype t, int64_t n,
-                             bound_kind bound, double limit)
-{
-    shadow_result r = {relative_rms(got, ref, t, n), 0, 0};
-    if (bound == BOUND_REL_RMS) {
-        r.pass = r.rel_rms <= limit;
-        return r;
-    }
-    const uint16_t *g = got, *e = ref;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t ulps = llabs(bf16_ordinal(g[i]) - bf16_ordinal(e[i]));
-        if (bf16_is_nan(g[i]) || bf16_is_nan(e[i]))
-            ulps = INT64_MAX;
-        if (ulps > r.max_ulps)
-            r.max_ulps = ulps;
-    }
-    r.pass = r.max_ulps <= 1;
-    return r;
-}
-
-shadow_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
+bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
                           const ssm_step_io *io, int64_t n, int64_t keep)
 {
     const ssm_model_dims *m = &s->model;
@@ -169,15 +107,15 @@ shadow_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_laye
         ssm_ref_sequence(m, s->state_dtype, s->act, w, s->tail_window, s->tail_state, &tail,
                          n - keep, s->scratch);
     }
-    return compare(io->out, s->ref_out, s->act, n * m->value_heads * m->value_dim,
-                   s->output_bound, s->output_limit);
+    return bound_compare(io->out, s->ref_out, s->act, n * m->value_heads * m->value_dim,
+                         s->output_bound);
 }
 
-shadow_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,
+bound_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,
                                        const void *window, const void *state)
 {
-    shadow_result r = compare(state, lane_state(s, lane, layer), s->state_dtype,
-                              ssm_ref_state_elems(&s->model), BOUND_REL_RMS, s->state_limit);
+    bound_result r = bound_compare(state, lane_state(s, lane, layer), s->state_dtype,
+                                   ssm_ref_state_elems(&s->model), s->state_bound);
     if (memcmp(window, lane_window(s, lane, layer), (size_t)s->window_bytes) != 0)
         r.pass = 0;
     return r;
@@ -185,7 +123,5 @@ shadow_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t la
 
 const char *shadow_bound_text(const shadow *s)
 {
-    if (s->output_bound == BOUND_BF16_ULP)
-        return "each element within 1 bf16 ulp";
-    return s->output_limit < 1e-4 ? "relative RMS <= 1e-5" : "relative RMS <= 4e-3";
+    return bound_text(s->output_bound);
 }

@@ -1,14 +1,15 @@
 /* The checker of `ssmstate run`: a shadow copy of every lane's per-layer
  * state (conv window and matrix state, starting at zero like a fresh slot)
  * that runs the same tokens as the library through the CPU reference
- * (kernels/reference.h), and the SPEC 3.5 bound ("CPU vs CUDA / replay vs
- * native" row) every output block and final state must meet. */
+ * (kernels/reference.h) and holds every output block and final state to
+ * the SPEC 3.5 bound of bound.h. */
 #ifndef SSM_TOOLS_SHADOW_H
 #define SSM_TOOLS_SHADOW_H
 
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
+#include "bound.h"
 
 typedef struct shadow shadow;
 
@@ -21,29 +22,20 @@ void shadow_destroy(shadow *s);
 /* Zero state and window in every layer of a lane, as a freshly acquired slot. */
 void shadow_reset(shadow *s, int32_t lane);
 
-/* One comparison: relative RMS ||got - ref|| / ||ref|| (NaN if got holds
- * NaN), the largest distance in bf16 ulps where that is the bound, and
- * whether the SPEC 3.5 bound holds. */
-typedef struct shadow_result {
-    double rel_rms;
-    int64_t max_ulps;
-    int pass;
-} shadow_result;
-
 /* Runs the n tokens of one row (inputs at offsets 0..n-1 of io) from the
  * lane's state in `layer`, compares the reference outputs with the library's
  * (io->out, [n][HV][V]), and advances the lane's state by the first `keep`
  * tokens only (a verify whose first `keep` tokens are accepted). */
-shadow_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
+bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
                           const ssm_step_io *io, int64_t n, int64_t keep);
 
 /* Compares a slot's exported canonical form for `layer` (window [W-1][D] in
  * the activation dtype, state [HV][V][K] in the state dtype) with the lane's
  * shadow: the window must match bit for bit, the state within the bound. */
-shadow_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,
+bound_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,
                                        const void *window, const void *state);
 
-/* The output bound in words, e.g. "relative RMS <= 1e-05". */
+/* The output bound in words, e.g. "relative RMS <= 1e-5". */
 const char *shadow_bound_text(const shadow *s);
 
 /* io advanced to token `t` (all four tensors), for rows inside a batch. */
