@@ -1,0 +1,605 @@
+/* The three built-in modes side by side (issue 3, item 6; SPEC 3.5): one
+ * seeded session (same weights, same inputs, same rows, same accepted
+ * lengths) runs through a native, a compact and a replay context, and after
+ * every step:
+ *   - compact's outputs and exported state are bit-identical to native's;
+ *   - replay's outputs are within SPEC 3.5 of native's (fp32 activations and
+ *     state: relative RMS <= 1e-5; bf16 state: relative RMS <= 4e-3; both over
+ *     the whole output of the session per layer, every block checked for NaN
+ *     at once; bf16 activations over an fp32 state: each element within one
+ *     bf16 ulp; tests/spec_bounds.h says how and why), prefill outputs
+ *     bit-identical (prefill materializes and runs the shared kernel);
+ *   - replay's export (its checkpoint with the ring folded into the copy) is
+ *     bit-identical to native's state after every commit, decode and
+ *     prefill, whether or not a fold happened in the slot;
+ *   - conv windows are bit-identical in all modes.
+ * A fourth context, replay again, is never exported until a slot is released
+ * or the session ends: its outputs must be bit-identical to the exported
+ * replay context's (export never mutates a slot), and its final export
+ * bit-identical to native's.
+ *
+ * Replay runs with L = 2T (T a power of two: every full round folds) and with
+ * L = 64; a long session (thousands of tokens) shows no drift. When the replay
+ * plugin does not load, the replay test cases fail (they never skip). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/reference.h"
+#include "tests/runner.h"
+#include "tests/spec_bounds.h"
+#include "tests/testutil.h"
+
+enum { NATIVE, COMPACT, REPLAY, REPLAY_QUIET, MODES };
+static const char *const mode_names[MODES] = {"native", "compact", "replay", "replay"};
+static const char *const side_names[MODES] = {"native", "compact", "replay",
+                                              "replay (not exported)"};
+
+#define MAX_LANES 4
+#define MAX_ROWS 7
+#define MAX_PREFILL 12
+#define SENTINEL 0xA5
+#define MAX_LAYERS 3
+
+typedef struct xworld {
+    test_rng rng;
+    ssm_model_dims m;
+    ssm_dtype sd, ad;
+    int32_t lanes, t_max, history;
+    int sides;             /* contexts in use: 2 (native, compact) or MODES */
+    int matrix;            /* replay's outputs = matrix (GDN) */
+    test_weights *w;       /* [layers] */
+    ssm_ctx *ctx[MODES];
+    int32_t slot[MODES][MAX_LANES];
+    int live[MAX_LANES];   /* lane holds a request */
+    spec_bound bound;      /* replay's outputs vs native's */
+    spec_total total[MAX_LAYERS], recent[MAX_LAYERS]; /* the same, per layer */
+    /* replay's config section */
+    const char *section_names[1];
+    int32_t section_lines[1], options_count[1];
+    ssm_mode_option options[2];
+    const ssm_mode_option *option_rows[1];
+    char history_text[16];
+    char desc[256];
+    const char *op;
+    int32_t step;
+} xworld;
+
+#define EXPECT(w, call, want)                                                                 \
+    do {                                                                                      \
+        ssm_status got_ = (call);                                                             \
+        ck_assert_msg(got_ == (want), "%s [%s, step %d]: %s: got %s, want %s (%s)",           \
+                      (w)->desc, (w)->op, (w)->step, #call, ssm_status_name(got_),            \
+                      ssm_status_name(want), ssm_last_error());                               \
+    } while (0)
+
+/* ------------------------------------------------------------ set-up */
+
+static void xworld_config(xworld *w, int side, ssm_config *c)
+{
+    test_config(c, &w->m, mode_names[side], w->sd, w->ad, w->lanes, w->t_max - 1);
+    if (side < REPLAY)
+        return;
+    int32_t n = 0;
+    snprintf(w->history_text, sizeof w->history_text, "%d", w->history);
+    w->options[n++] = (ssm_mode_option){"history", w->history_text, 0};
+    if (w->matrix)
+        w->options[n++] = (ssm_mode_option){"outputs", "matrix", 0};
+    w->section_names[0] = "replay";
+    w->section_lines[0] = 0;
+    w->options_count[0] = n;
+    w->option_rows[0] = w->options;
+    c->mode_sections_count = 1;
+    c->mode_section_names = w->section_names;
+    c->mode_section_lines = w->section_lines;
+    c->mode_options_count = w->options_count;
+    c->mode_options = w->option_rows;
+}
+
+/* kind: GDN or KDA; history 0 = 2 * T_max (T_max a power of two), else L. */
+/* small: one layer, K and V at most 16 (for the long session). */
+static void xworld_open(xworld *w, uint64_t salt, ssm_model_kind kind, ssm_dtype sd, ssm_dtype ad,
+                        int with_replay, int32_t history, int alt, int32_t lanes, int small)
+{
+    memset(w, 0, sizeof *w);
+    w->op = "open";
+    test_rng_init(&w->rng, test_seed() ^ (salt * 0x9e3779b97f4a7c15ull));
+    test_random_dims(&w->rng, kind, test_rng_int(&w->rng, 0, 1), &w->m);
+    if (small) {
+        w->m.layers = 1;
+        w->m.key_dim = w->m.key_dim > 16 ? 16 : w->m.key_dim;
+        w->m.value_dim = w->m.value_dim > 16 ? 16 : w->m.value_dim;
+    }
+    w->m.has_lower_bound = kind == SSM_MODEL_KDA && alt;
+    w->m.lower_bound = w->m.has_lower_bound ? -5.0f : 0.0f;
+    w->sd = sd;
+    w->ad = ad;
+    w->lanes = lanes;
+    w->matrix = kind == SSM_MODEL_GDN && alt;
+    w->t_max = history == 0 ? 2 << test_rng_int(&w->rng, 0, 1) : test_rng_int(&w->rng, 1, 5);
+    w->history = history == 0 ? 2 * w->t_max : history;
+    w->sides = with_replay ? MODES : 2;
+    w->bound = spec_bound_outputs(sd, ad);
+    snprintf(w->history_text, sizeof w->history_text, "%d", w->history);
+    snprintf(w->desc, sizeof w->desc,
+             "%s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T_max=%d%s%s%s",
+             ssm_model_kind_name(kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
+             w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
+             ssm_dtype_name(sd), ssm_dtype_name(ad), w->t_max,
+             with_replay ? " replay history=" : "", with_replay ? w->history_text : "",
+             w->matrix && with_replay ? " outputs=matrix" : "");
+    for (int s = 0; s < w->sides; s++) {
+        ssm_config c;
+        xworld_config(w, s, &c);
+        ssm_status st = ssm_ctx_create(&c, &w->ctx[s]);
+        ck_assert_msg(st == SSM_OK, "%s: cannot create the %s context: %s (%s)", w->desc,
+                      side_names[s], ssm_status_name(st), ssm_last_error());
+    }
+    w->w = calloc((size_t)w->m.layers, sizeof *w->w);
+    for (int32_t l = 0; l < w->m.layers; l++)
+        test_weights_make(&w->rng, &w->m, test_rng_int(&w->rng, 0, 1), &w->w[l]);
+    w->op = "idle";
+}
+
+static void xworld_close(xworld *w)
+{
+    for (int32_t l = 0; l < w->m.layers; l++)
+        test_weights_free(&w->w[l]);
+    free(w->w);
+    for (int s = 0; s < w->sides; s++)
+        ssm_ctx_destroy(w->ctx[s]);
+}
+
+/* ------------------------------------------------------------ comparisons */
+
+/* Element index of the first difference of two buffers of dtype t, or -1. */
+static int64_t first_difference(const void *a, const void *b, ssm_dtype t, int64_t n)
+{
+    size_t es = ssm_dtype_size(t);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0)
+            return i;
+    return -1;
+}
+
+static void assert_bitwise(const xworld *w, const char *what, int side, int32_t lane, int32_t layer,
+                           const void *got, const void *want, ssm_dtype t, int64_t n)
+{
+    int64_t i = first_difference(got, want, t, n);
+    ck_assert_msg(i < 0,
+                  "%s [%s, step %d]: %s of lane %d layer %d: %s differs from native's at "
+                  "element %lld of %lld (%.9g vs %.9g)",
+                  w->desc, w->op, w->step, what, lane, layer, side_names[side], (long long)i,
+                  (long long)n, i < 0 ? 0.0 : ssm_ref_load(got, t, i),
+                  i < 0 ? 0.0 : ssm_ref_load(want, t, i));
+}
+
+/* SPEC 3.5, replay outputs vs native's (tests/spec_bounds.h): the block
+ * now, and into the layer's totals. */
+static void assert_within_bound(xworld *w, int side, int32_t lane, int32_t layer, int32_t row,
+                                const void *got, const void *want, int64_t n)
+{
+    char why[256], again[256];
+    int pass = spec_check_block(w->bound, &w->total[layer], got, want, w->ad, n, why, sizeof why);
+    (void)spec_check_block(w->bound, &w->recent[layer], got, want, w->ad, n, again, sizeof again);
+    if (!pass)
+        ck_abort_msg("%s [%s, step %d]: lane %d layer %d row %d: %s output %s vs native's; "
+                     "bound: %s",
+                     w->desc, w->op, w->step, lane, layer, row, side_names[side], why,
+                     spec_bound_text(w->bound));
+}
+
+/* The whole-output bound on totals so far: once there are enough elements,
+ * or always when `final`. */
+static void check_totals(xworld *w, const spec_total *totals, int final, const char *what)
+{
+    if (w->sides <= REPLAY)
+        return;
+    for (int32_t l = 0; l < w->m.layers; l++)
+        if (!spec_check_total(w->bound, &totals[l], final))
+            ck_abort_msg("%s [%s, step %d]: layer %d: replay's outputs %s (%lld elements) vs "
+                         "native's: relative RMS %.3g; bound: %s",
+                         w->desc, w->op, w->step, l, what, (long long)totals[l].elements,
+                         spec_total_rel_rms(&totals[l]), spec_bound_text(w->bound));
+}
+
+/* Exports lane in every context in `which` (bit per side) and compares with
+ * native bit for bit. */
+static void compare_exports(xworld *w, int32_t lane, unsigned which)
+{
+    test_snapshot snap[MODES];
+    EXPECT(w, test_snapshot_take(w->ctx[NATIVE], w->slot[NATIVE][lane], &snap[NATIVE]), SSM_OK);
+    for (int s = 1; s < w->sides; s++) {
+        if (!(which & (1u << s)))
+            continue;
+        EXPECT(w, test_snapshot_take(w->ctx[s], w->slot[s][lane], &snap[s]), SSM_OK);
+        for (int32_t l = 0; l < w->m.layers; l++) {
+            assert_bitwise(w, "conv window", s, lane, l, snap[s].conv[l], snap[NATIVE].conv[l],
+                           w->ad, ssm_ref_window_elems(&w->m));
+            assert_bitwise(w, "exported state", s, lane, l, snap[s].state[l],
+                           snap[NATIVE].state[l], w->sd, ssm_ref_state_elems(&w->m));
+        }
+        test_snapshot_free(&snap[s]);
+    }
+    test_snapshot_free(&snap[NATIVE]);
+}
+
+/* After a step: every live lane, exported in every context but the quiet one. */
+static void compare_all_exports(xworld *w)
+{
+    for (int32_t lane = 0; lane < w->lanes; lane++)
+        if (w->live[lane])
+            compare_exports(w, lane, (1u << COMPACT) | (1u << REPLAY));
+}
+
+/* ------------------------------------------------------------ step data */
+
+/* One step's inputs (shared by every context) and each context's outputs. */
+typedef struct xio {
+    test_io in[8];            /* per layer; in[l].out unused */
+    void *out[MODES][8];
+    int64_t tokens;
+    size_t out_bytes;
+} xio;
+
+static xio *xio_make(xworld *w, int64_t tokens)
+{
+    xio *io = calloc(1, sizeof *io);
+    io->tokens = tokens;
+    int64_t nn = tokens > 0 ? tokens : 1;
+    io->out_bytes = (size_t)(nn * w->m.value_heads * w->m.value_dim) * ssm_dtype_size(w->ad);
+    for (int32_t l = 0; l < w->m.layers; l++) {
+        test_io_make(&w->rng, &w->m, w->ad, tokens, &io->in[l]);
+        for (int s = 0; s < w->sides; s++) {
+            io->out[s][l] = malloc(io->out_bytes);
+            memset(io->out[s][l], SENTINEL, io->out_bytes);
+        }
+    }
+    return io;
+}
+
+static void xio_free(xworld *w, xio *io)
+{
+    for (int32_t l = 0; l < w->m.layers; l++) {
+        test_io_free(&io->in[l]);
+        for (int s = 0; s < w->sides; s++)
+            free(io->out[s][l]);
+    }
+    free(io);
+}
+
+static ssm_step_io xio_at(const xio *io, int side, int32_t layer)
+{
+    ssm_step_io r = io->in[layer].io;
+    r.out = io->out[side][layer];
+    return r;
+}
+
+/* Compares one step's outputs: compact bitwise with native over the whole
+ * buffer (padding rows included), replay within the bound per live row block
+ * (bitwise when `exact`), padding blocks untouched, the quiet replay bitwise
+ * with the exported one. row_start[r] .. row_start[r + 1] are row r's tokens. */
+static void compare_outputs(xworld *w, const xio *io, int32_t rows, const int32_t *lanes,
+                            const int32_t *row_start, int exact)
+{
+    size_t tok_bytes = (size_t)(w->m.value_heads * w->m.value_dim) * ssm_dtype_size(w->ad);
+    int64_t tok_elems = (int64_t)w->m.value_heads * w->m.value_dim;
+    for (int32_t l = 0; l < w->m.layers; l++) {
+        const void *native = io->out[NATIVE][l];
+        assert_bitwise(w, "outputs", COMPACT, -1, l, io->out[COMPACT][l], native, w->ad,
+                       io->tokens * tok_elems);
+        if (w->sides <= REPLAY)
+            continue;
+        for (int32_t r = 0; r < rows; r++) {
+            size_t at = (size_t)row_start[r] * tok_bytes;
+            int64_t n = (int64_t)(row_start[r + 1] - row_start[r]) * tok_elems;
+            const char *got = (const char *)io->out[REPLAY][l] + at;
+            if (lanes[r] < 0 || exact)
+                assert_bitwise(w, lanes[r] < 0 ? "padding row outputs" : "prefill outputs",
+                               REPLAY, lanes[r], l, got, (const char *)native + at, w->ad, n);
+            else
+                assert_within_bound(w, REPLAY, lanes[r], l, r, got, (const char *)native + at, n);
+        }
+        ck_assert_msg(memcmp(io->out[REPLAY_QUIET][l], io->out[REPLAY][l], io->out_bytes) == 0,
+                      "%s [%s, step %d]: layer %d: the replay context that is never exported "
+                      "computed other outputs than the one exported after every step: export "
+                      "changed a slot",
+                      w->desc, w->op, w->step, l);
+    }
+}
+
+/* ------------------------------------------------------------ lanes, rows */
+
+static void lane_acquire(xworld *w, int32_t lane)
+{
+    for (int s = 0; s < w->sides; s++)
+        EXPECT(w, ssm_slot_acquire(w->ctx[s], &w->slot[s][lane]), SSM_OK);
+    w->live[lane] = 1;
+    /* Fresh in every context: equal to native's, which is zero. */
+    test_snapshot snap;
+    EXPECT(w, test_snapshot_take(w->ctx[NATIVE], w->slot[NATIVE][lane], &snap), SSM_OK);
+    for (int32_t l = 0; l < snap.layers; l++) {
+        for (size_t i = 0; i < snap.state_bytes; i++)
+            if (((unsigned char *)snap.state[l])[i] != 0)
+                ck_abort_msg("%s: native's acquired slot has a non-zero state", w->desc);
+        for (size_t i = 0; i < snap.conv_bytes; i++)
+            if (((unsigned char *)snap.conv[l])[i] != 0)
+                ck_abort_msg("%s: native's acquired slot has a non-zero conv window", w->desc);
+    }
+    test_snapshot_free(&snap);
+    compare_exports(w, lane, (1u << COMPACT) | (1u << REPLAY));
+}
+
+static void lane_release(xworld *w, int32_t lane)
+{
+    if (w->sides > REPLAY_QUIET)
+        compare_exports(w, lane, 1u << REPLAY_QUIET); /* its only export */
+    for (int s = 0; s < w->sides; s++)
+        EXPECT(w, ssm_slot_release(w->ctx[s], w->slot[s][lane]), SSM_OK);
+    w->live[lane] = 0;
+}
+
+static int32_t live_count(const xworld *w)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < w->lanes; i++)
+        n += w->live[i];
+    return n;
+}
+
+/* Rows: `live` distinct live lanes in random order, `pads` padding rows (-1)
+ * at random positions. */
+static int32_t pick_rows(xworld *w, int32_t live, int32_t pads, int32_t *lanes)
+{
+    int32_t pool[MAX_LANES], n = 0, count = 0;
+    for (int32_t i = 0; i < w->lanes; i++)
+        if (w->live[i])
+            pool[n++] = i;
+    if (live > n)
+        live = n;
+    for (int32_t i = 0; i < live; i++) {
+        int32_t j = test_rng_int(&w->rng, i, n - 1), t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+        lanes[count++] = pool[i];
+    }
+    for (int32_t p = 0; p < pads && count < MAX_ROWS; p++) {
+        int32_t at = test_rng_int(&w->rng, 0, count);
+        memmove(lanes + at + 1, lanes + at, sizeof *lanes * (size_t)(count - at));
+        lanes[at] = -1;
+        count++;
+    }
+    return count;
+}
+
+/* The slot numbers of context `side` for rows of lanes. */
+static void rows_of(const xworld *w, int side, int32_t rows, const int32_t *lanes,
+                    int32_t *slots)
+{
+    for (int32_t r = 0; r < rows; r++)
+        slots[r] = lanes[r] < 0 ? -1 : w->slot[side][lanes[r]];
+}
+
+static int32_t random_pads(xworld *w)
+{
+    int32_t k = test_rng_int(&w->rng, 0, 5);
+    return k < 3 ? 0 : k - 2;
+}
+
+/* ------------------------------------------------------------ operations */
+
+static void x_prefill(xworld *w)
+{
+    w->op = "prefill";
+    int32_t lanes[MAX_ROWS], offsets[MAX_ROWS + 1], longest = 0;
+    int32_t rows = pick_rows(w, test_rng_int(&w->rng, 1, live_count(w)), random_pads(w), lanes);
+    offsets[0] = 0;
+    for (int32_t r = 0; r < rows; r++) {
+        int32_t k = test_rng_int(&w->rng, 0, 3), w1 = w->m.conv_width - 1;
+        int32_t len = k == 0   ? 0
+                      : k == 1 ? test_rng_int(&w->rng, 0, w1)
+                               : test_rng_int(&w->rng, 1, MAX_PREFILL);
+        offsets[r + 1] = offsets[r] + len;
+        longest = len > longest ? len : longest;
+    }
+    xio *io = xio_make(w, offsets[rows]);
+    for (int s = 0; s < w->sides; s++) {
+        int32_t slots[MAX_ROWS];
+        rows_of(w, s, rows, lanes, slots);
+        ssm_prefill_batch b = {rows, slots, offsets, longest};
+        for (int32_t l = 0; l < w->m.layers; l++) {
+            ssm_step_io sio = xio_at(io, s, l);
+            EXPECT(w, ssm_prefill(w->ctx[s], l, &b, &w->w[l].w, &sio, NULL), SSM_OK);
+        }
+    }
+    compare_outputs(w, io, rows, lanes, offsets, 1);
+    xio_free(w, io);
+}
+
+/* decode (T = 1, implicit commit) or verify of T tokens + commit; returns
+ * the tokens the live rows kept. */
+static int32_t x_step(xworld *w, int verify, int32_t T)
+{
+    w->op = verify ? "verify+commit" : "decode";
+    int32_t lanes[MAX_ROWS], starts[MAX_ROWS + 1], accepted[MAX_ROWS];
+    int32_t rows = pick_rows(w, test_rng_int(&w->rng, 1, live_count(w)), random_pads(w), lanes);
+    for (int32_t r = 0; r <= rows; r++)
+        starts[r] = r * T;
+    for (int32_t r = 0; r < rows; r++)
+        accepted[r] = lanes[r] < 0 ? 0 : test_rng_int(&w->rng, 1, T);
+    xio *io = xio_make(w, (int64_t)rows * T);
+    int32_t slots[MODES][MAX_ROWS];
+    ssm_ticket ticket[MODES];
+    for (int s = 0; s < w->sides; s++) {
+        rows_of(w, s, rows, lanes, slots[s]);
+        ticket[s] = (ssm_ticket)SSM_TICKET_INIT;
+    }
+    /* Layer by layer, every context, as an engine running them in lockstep. */
+    for (int32_t l = 0; l < w->m.layers; l++)
+        for (int s = 0; s < w->sides; s++) {
+            ssm_batch b = {rows, T, slots[s]};
+            ssm_step_io sio = xio_at(io, s, l);
+            if (verify)
+                EXPECT(w, ssm_verify(w->ctx[s], l, &b, &w->w[l].w, &sio, &ticket[s], NULL),
+                       SSM_OK);
+            else
+                EXPECT(w, ssm_decode(w->ctx[s], l, &b, &w->w[l].w, &sio, NULL), SSM_OK);
+        }
+    if (verify)
+        for (int s = 0; s < w->sides; s++)
+            EXPECT(w, ssm_commit(w->ctx[s], &ticket[s], accepted, NULL), SSM_OK);
+    compare_outputs(w, io, rows, lanes, starts, 0);
+    xio_free(w, io);
+    int32_t kept = 0;
+    for (int32_t r = 0; r < rows; r++)
+        kept += lanes[r] < 0 ? 0 : verify ? accepted[r] : 1;
+    return kept;
+}
+
+static void x_reset(xworld *w)
+{
+    w->op = "reset";
+    int32_t lanes[1];
+    if (pick_rows(w, 1, 0, lanes) < 1)
+        return;
+    if (w->sides > REPLAY_QUIET)
+        compare_exports(w, lanes[0], 1u << REPLAY_QUIET);
+    for (int s = 0; s < w->sides; s++)
+        EXPECT(w, ssm_slot_reset(w->ctx[s], w->slot[s][lanes[0]], NULL), SSM_OK);
+}
+
+static void x_release_reacquire(xworld *w)
+{
+    w->op = "release+reacquire";
+    int32_t lanes[1];
+    if (pick_rows(w, 1, 0, lanes) < 1)
+        return;
+    lane_release(w, lanes[0]);
+    lane_acquire(w, lanes[0]);
+}
+
+static void x_random(xworld *w)
+{
+    int k = test_rng_int(&w->rng, 0, 99);
+    if (k < 12)
+        x_prefill(w);
+    else if (k < 30)
+        x_step(w, 0, 1);
+    else if (k < 90)
+        x_step(w, 1, test_rng_int(&w->rng, 1, w->t_max));
+    else if (k < 94)
+        x_reset(w);
+    else
+        x_release_reacquire(w);
+    compare_all_exports(w);
+    check_totals(w, w->total, 0, "so far");
+    w->step++;
+}
+
+/* The end: the whole-output bound, and the quiet replay context's slots
+ * (exported for the first time) equal native's. */
+static void x_finish(xworld *w)
+{
+    w->op = "end";
+    check_totals(w, w->total, 1, "over the session");
+    if (w->sides > REPLAY_QUIET)
+        for (int32_t lane = 0; lane < w->lanes; lane++)
+            if (w->live[lane])
+                compare_exports(w, lane, 1u << REPLAY_QUIET);
+}
+
+static void x_session(xworld *w, int ops)
+{
+    for (int32_t lane = 0; lane < w->lanes; lane++)
+        lane_acquire(w, lane);
+    x_prefill(w);
+    compare_all_exports(w);
+    for (int k = 0; k < ops; k++)
+        x_random(w);
+    x_finish(w);
+}
+
+/* ------------------------------------------------------------ tests */
+
+#define SALT(n) ((uint64_t)(n) * 1000003u + (uint64_t)_i)
+
+/* Loop bits: 1 KDA, 2 bf16 state, 4 f32 activations, 8 (GDN: replay matrix
+ * outputs; KDA: gate lower bound), 16 L = 64 instead of L = 2T. */
+static void open_variant(xworld *w, int i, uint64_t salt, int with_replay)
+{
+    xworld_open(w, salt, i & 1 ? SSM_MODEL_KDA : SSM_MODEL_GDN,
+                i & 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, i & 4 ? SSM_DTYPE_F32 : SSM_DTYPE_BF16,
+                with_replay, i & 16 ? 64 : 0, (i & 8) != 0, 3, 0);
+}
+
+START_TEST(test_native_compact)
+{
+    xworld w;
+    open_variant(&w, _i, SALT(__LINE__), 0);
+    x_session(&w, 40);
+    xworld_close(&w);
+}
+END_TEST
+
+START_TEST(test_three_modes)
+{
+    xworld w;
+    open_variant(&w, _i, SALT(__LINE__), 1);
+    x_session(&w, 40);
+    xworld_close(&w);
+}
+END_TEST
+
+/* Thousands of tokens (3000 kept over two requests) in verify rounds of
+ * T_max with random accepted lengths and a few decodes, nothing else, so
+ * history modes fold over and over: replay's outputs stay within the bound
+ * and its export equal to native's to the end (no drift). fp32 activations,
+ * so the bound is relative. Loop bits: 1 KDA (with the gate lower bound:
+ * slowly decaying channels keep history longest), 2 bf16 state, 4 L = 64. */
+START_TEST(test_long_session)
+{
+    xworld w;
+    xworld_open(&w, SALT(__LINE__), _i & 1 ? SSM_MODEL_KDA : SSM_MODEL_GDN,
+                _i & 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, SSM_DTYPE_F32, 1, _i & 4 ? 64 : 0, _i & 1,
+                2, 1);
+    for (int32_t lane = 0; lane < w.lanes; lane++)
+        lane_acquire(&w, lane);
+    int64_t tokens = 0;
+    for (int k = 0; tokens < 3000; k++) {
+        tokens += k % 5 == 4 ? x_step(&w, 0, 1) : x_step(&w, 1, w.t_max);
+        if (k % 4 == 0)
+            compare_all_exports(&w);
+        check_totals(&w, w.total, 0, "so far");
+        /* No drift: each stretch of the session on its own stays in the
+         * bound, the last one included. */
+        if (w.recent[0].elements >= 2 * SPEC_WHOLE_MIN_ELEMENTS) {
+            check_totals(&w, w.recent, 1, "over the last stretch");
+            memset(w.recent, 0, sizeof w.recent);
+        }
+        w.step++;
+    }
+    compare_all_exports(&w);
+    check_totals(&w, w.recent, 0, "over the last stretch");
+    x_finish(&w);
+    xworld_close(&w);
+}
+END_TEST
+
+Suite *make_suite(void)
+{
+    (void)test_seed();
+    Suite *s = suite_create("crossmode");
+    TCase *compact = tcase_create("native_compact");
+    tcase_set_timeout(compact, 120);
+    tcase_add_loop_test(compact, test_native_compact, 0, 16);
+    suite_add_tcase(s, compact);
+    TCase *replay = tcase_create("replay");
+    tcase_set_timeout(replay, 120);
+    tcase_add_loop_test(replay, test_three_modes, 0, 32);
+    suite_add_tcase(s, replay);
+    TCase *drift = tcase_create("long_session");
+    tcase_set_timeout(drift, 240);
+    tcase_add_loop_test(drift, test_long_session, 0, 8);
+    suite_add_tcase(s, drift);
+    return s;
+}

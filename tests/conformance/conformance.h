@@ -1,0 +1,193 @@
+/* The conformance suite: what any mode plugin must do, checked against the
+ * CPU reference (kernels/reference.h) at the SPEC 3.5 "any mode, CPU vs ..."
+ * bounds (tests/spec_bounds.h), plus every protocol error of SPEC 10.
+ *
+ * A `session` is one CPU context of the plugin under test with the
+ * reference's state per slot (reference.c); the operations below
+ * (session.c) drive it the way an engine does and check every output block
+ * and, after every step, the canonical export of every acquired slot. The protocol-error checks
+ * (errors.c) inject one bad call into a live session and prove it returned
+ * its code and changed nothing. conformance.c assembles the suite. */
+#ifndef SSM_TESTS_CONFORMANCE_H
+#define SSM_TESTS_CONFORMANCE_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include "ssmstate/plugin_v1.h" /* SSM_CAP_* */
+#include "ssmstate/ssmstate.h"
+#include "tests/spec_bounds.h"
+#include "tests/testutil.h"
+
+/* The plugin under test; main() fills it before the suite runs. */
+typedef struct conform_target {
+    const char *mode;       /* mode name: the plugin file's basename without .so */
+    const char *plugin_dir; /* directory searched first, or NULL for the search path */
+    const char *options;    /* "key=value,key=value" for the mode's section, or NULL */
+    int32_t max_tokens;     /* ceiling of the verify width T_max drawn per test (1..5) */
+} conform_target;
+extern conform_target conform;
+
+Suite *conformance_suite(void);
+
+#define CONFORM_MAX_CAP 5
+#define CONFORM_MAX_LAYERS 3
+#define CONFORM_MAX_OPTIONS 8
+#define CONFORM_MAX_ROWS 8
+#define CONFORM_MAX_PREFILL 16 /* longest prefill row */
+
+/* Variant bits of a loop test's index. */
+enum {
+    VARIANT_KDA = 1,
+    VARIANT_GVA = 2,
+    VARIANT_STATE_BF16 = 4,
+    VARIANT_ACT_F32 = 8,
+    VARIANT_ALT = 16 /* KDA: gate lower bound; GDN: the replay mode's matrix outputs */
+};
+#define CONFORM_VARIANTS 32
+
+typedef struct session {
+    test_rng rng;
+    ssm_model_dims m;
+    ssm_dtype sd, ad;
+    int32_t cap, t_max;
+    ssm_config cfg;
+    /* the mode's config section, built here (see session_options) */
+    const char *section_names[1];
+    int32_t section_lines[1], options_count[1];
+    ssm_mode_option options[CONFORM_MAX_OPTIONS];
+    const ssm_mode_option *option_rows[1];
+    char option_text[512];
+    ssm_ctx *ctx;
+    test_weights *w;             /* [layers] */
+    int acquired[CONFORM_MAX_CAP]; /* by slot number */
+    /* the reference (reference.c): per slot and layer, window and state */
+    size_t window_bytes, state_bytes;
+    unsigned char *windows, *states;         /* [cap][layers][...] */
+    unsigned char *tail_window, *tail_state; /* a verify's rejected tokens */
+    void *ref_out;                           /* reference outputs of one row */
+    float *scratch;
+    spec_bound out_bound;
+    double state_limit;                      /* relative RMS of an exported state */
+    spec_total totals[CONFORM_MAX_LAYERS];   /* every output so far, per layer */
+    char desc[400];              /* the variant, for failure messages */
+    const char *op;              /* the operation running, for failure messages */
+    int32_t step;                /* operations so far */
+} session;
+
+/* Opens a session of variant bits `variant` with at least `min_layers`
+ * layers. Returns 0 (after checking that ssm_ctx_create refuses it) when the
+ * plugin does not declare a capability the variant needs; the test then has
+ * nothing more to check. */
+int session_open(session *s, int variant, uint64_t salt, int32_t min_layers);
+/* Checks the whole-tensor output bound one last time and frees. */
+void session_close(session *s);
+
+/* The reference (reference.c). ref_open allocates for the session's dims;
+ * ref_reset makes a slot's reference fresh; ref_check_row runs n tokens of
+ * one row (inputs at io, the library's outputs at io->out) from the slot's
+ * reference state in layer l, keeps the first `keep`, and checks the
+ * outputs; ref_check_export checks an export; ref_check_totals holds the
+ * outputs so far to the whole-output bound once there are enough of them, or
+ * always when `final`. */
+void ref_open(session *s);
+void ref_close(session *s);
+void ref_reset(session *s, int32_t slot);
+void ref_check_row(session *s, const ssm_step_io *io, int32_t l, int32_t row, int32_t slot,
+                   int64_t n, int64_t keep);
+void ref_check_export(session *s, int32_t slot, const test_snapshot *snap);
+void ref_check_totals(session *s, int final);
+
+/* Acquires a slot (expected fresh: zero export) and resets its reference. */
+int32_t session_acquire(session *s);
+/* Releases a slot: SSM_OK, and the pool shrinks by one. */
+void session_release(session *s, int32_t slot);
+int32_t session_count_acquired(const session *s);
+/* A random acquired slot, or -1 if none. */
+int32_t session_pick_slot(session *s);
+
+/* Random rows for a batch: `live` distinct acquired slots in random order
+ * with `pads` padding rows (-1) at random positions; returns the row count. */
+int32_t session_rows(session *s, int32_t live, int32_t pads, int32_t *rows);
+
+/* Exports every acquired slot and compares it with its reference (window
+ * bitwise, state within the bound); checks pool accounting, that no slot is
+ * flagged, and the outputs' running totals. */
+void session_check_slots(session *s);
+
+/* Exports every acquired slot not marked in busy (NULL: none) into
+ * snaps[slot] (empty entries for the others); the second compares two such
+ * sets bit for bit. */
+void session_snapshots(session *s, const int *busy, test_snapshot *snaps);
+void session_snapshots_equal(session *s, const test_snapshot *a, const test_snapshot *b,
+                             const char *what);
+void session_snapshots_free(session *s, test_snapshot *snaps);
+
+/* Fresh inputs of n tokens per layer with outputs filled with a sentinel. */
+test_io *session_ios(session *s, int64_t n);
+void session_ios_free(session *s, test_io *ios);
+size_t session_out_bytes(const session *s, int64_t tokens);
+/* Outputs of tokens [t0, t1) of every layer still hold the sentinel. */
+void session_assert_sentinel(session *s, const test_io *ios, int64_t t0, int64_t t1,
+                             const char *what);
+
+/* One forward: verify T tokens over rows (all layers), then commit. */
+typedef struct forward {
+    int32_t rows, T;
+    int32_t slots[CONFORM_MAX_ROWS];
+    int32_t accepted[CONFORM_MAX_ROWS];
+    test_io *io;
+    ssm_ticket ticket;
+} forward;
+/* Picks T, rows (live acquired slots not in `busy`, plus padding) and
+ * accepted lengths; makes inputs. busy may be NULL. */
+void forward_begin(session *s, forward *f, int32_t T, int32_t live, int32_t pads,
+                   const int *busy);
+/* The same with the rows given. */
+void forward_setup(session *s, forward *f, int32_t T, int32_t rows, const int32_t *slots);
+/* Marks the live slots of f in busy[CONFORM_MAX_CAP]. */
+void forward_busy(const forward *f, int *busy);
+void forward_verify(session *s, forward *f, int32_t l0, int32_t l1);
+/* Commits (SSM_OK), checks every verified output block against the
+ * reference (all T tokens on a copy; the reference keeps the accepted ones)
+ * and the padding rows' untouched outputs. */
+void forward_commit(session *s, forward *f);
+void forward_free(session *s, forward *f);
+
+/* The engine's operations, each checked against the reference. */
+void op_prefill(session *s);
+void op_decode(session *s);
+void op_verify(session *s);
+void op_verify_two_forwards(session *s);
+void op_reset(session *s);
+void op_release_reacquire(session *s);
+void op_nonfinite(session *s);
+void op_abort(session *s);
+/* One random operation (errors included when with_errors); then checks. */
+void op_random(session *s, int with_errors);
+
+/* Protocol errors (errors.c): each injects bad calls, expects their codes
+ * and proves nothing changed; the session stays usable. */
+void error_stale(session *s);
+void error_repeated(session *s);
+void error_foreign(session *s);
+void error_accepted_range(session *s);
+void error_second_verify(session *s);
+void error_slot_range(session *s);
+void error_not_acquired(session *s);
+void error_duplicate_slot(session *s);
+void error_tokens_range(session *s);
+void error_incomplete(session *s);
+void error_random(session *s);
+
+/* Asserts a call's exact status, naming the call, the variant and the
+ * library's message. */
+#define CONFORM_EXPECT(s, call, want)                                                         \
+    do {                                                                                      \
+        ssm_status got_ = (call);                                                             \
+        ck_assert_msg(got_ == (want), "%s [%s, step %d]: %s: got %s, want %s (%s)",           \
+                      (s)->desc, (s)->op, (s)->step, #call, ssm_status_name(got_),            \
+                      ssm_status_name(want), ssm_last_error());                               \
+    } while (0)
+
+#endif

@@ -1,0 +1,118 @@
+/* check_conformance: the ssmstate conformance suite, run against one mode
+ * plugin. Any plugin (built-in or a vendor's) must pass it.
+ *
+ *   check_conformance /path/to/mymode.so    a plugin file: plugin_dir is its
+ *                                           directory, the mode its basename
+ *                                           without .so (the table's name must
+ *                                           match, as for any plugin)
+ *   check_conformance replay                a mode name, found on the normal
+ *                                           search path ([state] plugin_dir,
+ *                                           the installed directory, then
+ *                                           $SSMSTATE_PLUGIN_PATH)
+ *   SSM_CONFORM_MODE=native check_conformance
+ *
+ * Options for the mode's config section go in a second argument or in
+ * $SSM_CONFORM_OPTIONS as "key=value,key=value" (for example
+ * "history=16,outputs=matrix" for replay); without them the built-in replay
+ * mode gets a random history length per test and other modes none. Each test
+ * draws its verify width T_max (1 + max_draft_tokens) in [1, 5];
+ * $SSM_CONFORM_MAX_TOKENS lowers that ceiling, for options that only suit
+ * narrower verifies.
+ *
+ * The seed is fresh each run and printed to stderr ("# test seed:
+ * SSM_TEST_SEED=..."); set SSM_TEST_SEED to replay a failing run. Output
+ * follows Check's usual variables: CK_TAP_LOG_FILE_NAME=- prints TAP (what
+ * `make check` uses), CK_VERBOSITY=verbose lists every test, CK_RUN_CASE /
+ * CK_RUN_SUITE select, CK_FORK=no runs under a debugger. The exit status is
+ * 0 when every test passed.
+ *
+ * Every test uses a CPU context (SSM_CAP_CPU) and exports slots through the
+ * mode's pages (SSM_CAP_PAGES); variants that need a capability the plugin
+ * does not declare only check that ssm_ctx_create refuses them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/conformance/conformance.h"
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: check_conformance PLUGIN.so|MODE [key=value,...]\n"
+            "       SSM_CONFORM_MODE=MODE [SSM_CONFORM_OPTIONS=key=value,...] "
+            "check_conformance\n"
+            "Runs the ssmstate conformance suite against one mode plugin.\n");
+}
+
+/* Splits a plugin file path into its directory and mode name. */
+static int target_from_path(const char *arg, char *dir, size_t dir_len, char *mode,
+                            size_t mode_len)
+{
+    const char *slash = strrchr(arg, '/');
+    const char *base = slash ? slash + 1 : arg;
+    size_t base_len = strlen(base);
+    if (base_len > 3 && strcmp(base + base_len - 3, ".so") == 0)
+        base_len -= 3;
+    if (base_len == 0 || base_len >= mode_len)
+        return -1;
+    memcpy(mode, base, base_len);
+    mode[base_len] = '\0';
+    if (!slash)
+        snprintf(dir, dir_len, ".");
+    else if (slash == arg)
+        snprintf(dir, dir_len, "/");
+    else
+        snprintf(dir, dir_len, "%.*s", (int)(slash - arg), arg);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static char dir[4096], mode[256];
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return EXIT_SUCCESS;
+    }
+    if (argc > 3) {
+        usage(stderr);
+        return EXIT_FAILURE;
+    }
+    const char *arg = argc > 1 ? argv[1] : getenv("SSM_CONFORM_MODE");
+    if (!arg || !*arg) {
+        usage(stderr);
+        return EXIT_FAILURE;
+    }
+    size_t len = strlen(arg);
+    if (strchr(arg, '/') || (len > 3 && strcmp(arg + len - 3, ".so") == 0)) {
+        if (target_from_path(arg, dir, sizeof dir, mode, sizeof mode) != 0) {
+            fprintf(stderr, "check_conformance: cannot make a mode name of '%s'\n", arg);
+            return EXIT_FAILURE;
+        }
+        if (access(arg, R_OK) != 0) {
+            fprintf(stderr, "check_conformance: cannot read the plugin %s\n", arg);
+            return EXIT_FAILURE;
+        }
+        conform.mode = mode;
+        conform.plugin_dir = dir;
+    } else {
+        conform.mode = arg;
+        conform.plugin_dir = NULL;
+    }
+    conform.options = argc > 2 ? argv[2] : getenv("SSM_CONFORM_OPTIONS");
+    const char *max_tokens = getenv("SSM_CONFORM_MAX_TOKENS");
+    conform.max_tokens = max_tokens && *max_tokens ? atoi(max_tokens) : 5;
+    if (conform.max_tokens < 1 || conform.max_tokens > 5) {
+        fprintf(stderr, "check_conformance: SSM_CONFORM_MAX_TOKENS must be in [1, 5]\n");
+        return EXIT_FAILURE;
+    }
+    fprintf(stderr, "# conformance of mode '%s' (%s)\n", conform.mode,
+            conform.plugin_dir ? conform.plugin_dir : "search path");
+
+    test_seed(); /* one seed for every forked test, printed once */
+    SRunner *runner = srunner_create(conformance_suite());
+    srunner_run_all(runner, CK_ENV);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
