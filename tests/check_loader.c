@@ -118,16 +118,20 @@ START_TEST(test_list_reports_good_and_bad)
 }
 END_TEST
 
+/* 8 lines each: what follows starts at line 9. */
 static const char *model_text =
     "[model]\nkind = gdn\nlayers = 1\nheads = 1\nvalue_heads = 2\nkey_dim = 8\n"
     "value_dim = 8\nconv_width = 4\n";
+static const char *kda_model_text =
+    "[model]\nkind = kda\nlayers = 1\nheads = 2\nvalue_heads = 2\nkey_dim = 8\n"
+    "value_dim = 8\nconv_width = 4\n";
 
-/* Creates a context from INI text; returns the status, asserting *out is
- * left alone on failure. */
-static ssm_status create_from_text(const char *state_and_more)
+/* Creates a context from INI text, model first; returns the status,
+ * asserting *out is left alone on failure. */
+static ssm_status create_from_model_text(const char *model, const char *state_and_more)
 {
     char text[2048];
-    snprintf(text, sizeof text, "%s%s", model_text, state_and_more);
+    snprintf(text, sizeof text, "%s%s", model, state_and_more);
     ssm_config *config = NULL;
     ck_assert_msg(ssm_config_parse_text(text, "test.ini", &config) == SSM_OK, "%s",
                   ssm_last_error());
@@ -139,6 +143,12 @@ static ssm_status create_from_text(const char *state_and_more)
         ck_assert_ptr_eq(ctx, (ssm_ctx *)0x1);
     ssm_config_free(config);
     return status;
+}
+
+/* The GDN model, then state_and_more. */
+static ssm_status create_from_text(const char *state_and_more)
+{
+    return create_from_model_text(model_text, state_and_more);
 }
 
 START_TEST(test_context_with_wrong_abi_mode)
@@ -185,6 +195,109 @@ START_TEST(test_good_context)
 }
 END_TEST
 
+/* [replay] options the plugin refuses at load, each a config error at the
+ * option's line. After the 8 model lines: [state] at 9, its keys at 10..12
+ * (13 with max_draft_tokens), then [replay] and its keys. */
+START_TEST(test_replay_matrix_needs_gdn)
+{
+    ck_assert_int_eq(create_from_model_text(kda_model_text,
+                                            "[state]\nmode = replay\nstate_dtype = f32\n"
+                                            "max_requests = 1\n"
+                                            "[replay]\noutputs = matrix\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:14: [replay] outputs:");
+    ck_assert_error_has("kind = gdn");
+    /* The same section on a GDN model loads. */
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\noutputs = matrix\n"),
+                     SSM_OK);
+}
+END_TEST
+
+START_TEST(test_replay_identity_bf16_long_history)
+{
+    /* bf16 state: the identity forms take at most 16 records. */
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 64\noutputs = identity\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:15: [replay] outputs:");
+    ck_assert_error_has("history <= 16 or outputs = exact");
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 32\noutputs = matrix\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:15: [replay] outputs:");
+    /* 16 records, or exact at any length, load. */
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 16\noutputs = identity\n"),
+                     SSM_OK);
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 64\noutputs = exact\n"),
+                     SSM_OK);
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 64\n"),
+                     SSM_OK);
+}
+END_TEST
+
+START_TEST(test_replay_history_not_power_of_two)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 12\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:14: [replay] history:");
+    ck_assert_error_has("not a power of two");
+}
+END_TEST
+
+START_TEST(test_replay_history_too_short)
+{
+    /* T = 1 + 3 drafts = 4: L must be at least 2T = 8. */
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\nmax_draft_tokens = 3\n"
+                                      "[replay]\nhistory = 4\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:15: [replay] history:");
+    ck_assert_error_has("too few");
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\nmax_draft_tokens = 3\n"
+                                      "[replay]\nhistory = 8\n"),
+                     SSM_OK);
+}
+END_TEST
+
+START_TEST(test_replay_old_outputs_name)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\noutputs = recurrent\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:14: [replay] outputs:");
+    ck_assert_error_has("'recurrent'");
+    ck_assert_error_has("allowed: exact, identity, matrix");
+}
+END_TEST
+
+START_TEST(test_good_replay_context)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 2\n"
+                                      "[replay]\nhistory = 16\noutputs = identity\n"),
+                     SSM_OK);
+    ck_assert_int_eq(create_from_model_text(kda_model_text,
+                                            "[state]\nmode = replay\nstate_dtype = f32\n"
+                                            "max_requests = 2\n"
+                                            "[replay]\nhistory = 16\noutputs = identity\n"),
+                     SSM_OK);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     Suite *s = suite_create("loader");
@@ -203,6 +316,12 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_unknown_section_is_config_error);
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);
     tcase_add_test(contexts, test_good_context);
+    tcase_add_test(contexts, test_replay_matrix_needs_gdn);
+    tcase_add_test(contexts, test_replay_identity_bf16_long_history);
+    tcase_add_test(contexts, test_replay_history_not_power_of_two);
+    tcase_add_test(contexts, test_replay_history_too_short);
+    tcase_add_test(contexts, test_replay_old_outputs_name);
+    tcase_add_test(contexts, test_good_replay_context);
     suite_add_tcase(s, contexts);
     return s;
 }

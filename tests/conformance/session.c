@@ -25,9 +25,15 @@ static void add_option(session *s, const char *key, const char *value)
 }
 
 /* The mode's section: SSM_CONFORM_OPTIONS / the command line's options when
- * given ("key=value,key=value"); otherwise, for the built-in replay mode, a
- * history length L among {2T (exactly, T a power of two), 4T rounded up to a
- * power of two, 64} and, for GDN with VARIANT_ALT, the matrix outputs. */
+ * given ("key=value,key=value"); otherwise, for the built-in replay mode, an
+ * outputs form from the variant bits, so every form is covered:
+ *   - matrix for GDN with VARIANT_ALT;
+ *   - identity for the other GVA variants with fp32 activations (GDN and
+ *     KDA, fp32 and bf16 state: variants 10, 11, 14, 15, 27, 31);
+ *   - exact, the default (no `outputs` option), for the rest;
+ * and a history length L among {2T (exactly, T a power of two), 4T rounded
+ * up to a power of two, 64}, where 64 becomes 16 and 4T is capped at 16 for
+ * the identity forms over a bf16 state (the plugin refuses L > 16 there). */
 static void session_options(session *s, int variant, int choice)
 {
     if (conform.options && *conform.options) {
@@ -41,14 +47,22 @@ static void session_options(session *s, int variant, int choice)
             add_option(s, item, eq + 1);
         }
     } else if (strcmp(conform.mode, "replay") == 0) {
-        int32_t history = choice == 0 ? 2 * s->t_max : choice == 1 ? 4 * s->t_max : 64;
+        const char *outputs = NULL;
+        if (s->m.kind == SSM_MODEL_GDN && (variant & VARIANT_ALT))
+            outputs = "matrix";
+        else if ((variant & VARIANT_GVA) && (variant & VARIANT_ACT_F32))
+            outputs = "identity";
+        int32_t longest = outputs && s->sd == SSM_DTYPE_BF16 ? 16 : 64;
+        int32_t history = choice == 0 ? 2 * s->t_max : choice == 1 ? 4 * s->t_max : longest;
         int32_t pow2 = 1;
         while (pow2 < history)
             pow2 *= 2;
+        if (pow2 > longest) /* 2T <= 10 < 16: still room for a verify */
+            pow2 = longest;
         snprintf(s->option_text, sizeof s->option_text, "%d", pow2);
         add_option(s, "history", s->option_text);
-        if (s->m.kind == SSM_MODEL_GDN && (variant & VARIANT_ALT))
-            add_option(s, "outputs", "matrix");
+        if (outputs)
+            add_option(s, "outputs", outputs);
     }
     if (s->options_count[0] == 0)
         return;
