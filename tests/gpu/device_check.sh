@@ -12,8 +12,9 @@ sys=$root/.device/sysroot
 mkdir -p "$sys"
 for deb in "$root"/.device/*.deb; do dpkg -x "$deb" "$sys"; done
 lib=$sys/usr/lib/x86_64-linux-gnu
-export INIH_CFLAGS="-I$sys/usr/include" INIH_LIBS="-L$lib -linih -Wl,-rpath,$lib"
-export CHECK_CFLAGS="-I$sys/usr/include -pthread" CHECK_LIBS="-L$lib -lcheck_pic -lrt -lm"
+export INIH_CFLAGS="-I$sys/usr/include" INIH_LIBS="-L$lib -linih"
+export LDFLAGS="-L$lib -Wl,-rpath-link,$lib -Wl,-rpath,$lib" LD_LIBRARY_PATH="$lib"
+export CHECK_CFLAGS="-I$sys/usr/include -pthread" CHECK_LIBS="-L$lib -lcheck_pic -lsubunit -lrt -lm"
 export PKG_CONFIG=/bin/true PATH="$PATH:/usr/local/cuda/bin"
 
 work=$(mktemp -d)
