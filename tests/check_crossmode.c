@@ -24,8 +24,8 @@
  *
  * Replay runs in each outputs form (matrix: GDN only), over fp32 and bf16
  * states, with L = 2T (T a power of two: every full round folds) and with a
- * long history: L = 64, or L = 16 for the identity forms over a bf16 state
- * (the plugin refuses more there: the identity's gap to native grows with
+ * long history: L = 64 (the identity forms need an fp32 state: over a bf16
+ * one the plugin refuses them, since the identity's gap to native grows with
  * the history). A long session (thousands of tokens) shows no drift. When the
  * replay plugin does not load, the replay test cases fail (they never skip). */
 #include <stdio.h>
@@ -130,8 +130,8 @@ static void xworld_open(xworld *w, uint64_t salt, ssm_model_kind kind, ssm_dtype
     w->ad = ad;
     w->lanes = lanes;
     ck_assert_msg(form != FORM_MATRIX || kind == SSM_MODEL_GDN, "matrix outputs need GDN");
-    ck_assert_msg(form == FORM_EXACT || sd != SSM_DTYPE_BF16 || history <= 16,
-                  "the identity forms over a bf16 state take at most 16 records");
+    ck_assert_msg(form == FORM_EXACT || sd != SSM_DTYPE_BF16,
+                  "the identity forms need an fp32 state");
     w->form = form;
     w->t_max = history == 0 ? 2 << test_rng_int(&w->rng, 0, 1) : test_rng_int(&w->rng, 1, 5);
     w->history = history == 0 ? 2 * w->t_max : history;
@@ -545,18 +545,21 @@ static void x_session(xworld *w, int ops)
 
 #define SALT(n) ((uint64_t)(n) * 1000003u + (uint64_t)_i)
 
-/* The longest history a form may use over state dtype sd: the plugin refuses
- * the identity forms over a bf16 state past 16 records. */
-static int32_t long_history(xform form, ssm_dtype sd)
+/* The long history of the variants that ask for one. */
+#define LONG_HISTORY 64
+
+/* The plugin refuses the identity forms over a bf16 state: those variants
+ * run exact. */
+static xform form_for_state(xform form, ssm_dtype sd)
 {
-    return form != FORM_EXACT && sd == SSM_DTYPE_BF16 ? 16 : 64;
+    return sd == SSM_DTYPE_BF16 ? FORM_EXACT : form;
 }
 
 /* Loop bits: 1 KDA, 2 bf16 state, 4 f32 activations, 8 (KDA: gate lower
- * bound; GDN: replay outputs = matrix), 16 a long history (long_history())
- * instead of L = 2T, 32 replay outputs = identity. GDN with both 8 and 32
- * runs exact, so GDN has each of matrix and identity 8 times, exact 16;
- * KDA identity 16 times, exact 16. */
+ * bound; GDN: replay outputs = matrix), 16 a long history (64) instead of
+ * L = 2T, 32 replay outputs = identity. GDN with both 8 and 32 runs exact;
+ * over a bf16 state (bit 2) every form runs exact, since the plugin refuses
+ * the identity forms there. */
 static void open_variant(xworld *w, int i, uint64_t salt, int with_replay)
 {
     ssm_model_kind kind = i & 1 ? SSM_MODEL_KDA : SSM_MODEL_GDN;
@@ -568,8 +571,9 @@ static void open_variant(xworld *w, int i, uint64_t salt, int with_replay)
         form = FORM_MATRIX;
     else if ((i & 32) && !(i & 8))
         form = FORM_IDENTITY;
+    form = form_for_state(form, sd);
     xworld_open(w, salt, kind, sd, i & 4 ? SSM_DTYPE_F32 : SSM_DTYPE_BF16, with_replay,
-                i & 16 ? long_history(form, sd) : 0, form, (i & 8) != 0, 3, 0);
+                i & 16 ? LONG_HISTORY : 0, form, (i & 8) != 0, 3, 0);
 }
 
 START_TEST(test_native_compact)
@@ -596,10 +600,9 @@ END_TEST
  * (exact) or within the bound (identity, matrix), and its export equal to
  * native's, to the end (no drift). fp32 activations, so the bound is
  * relative. Loop bits: 1 KDA (with the gate lower bound: slowly decaying
- * channels keep history longest), 2 bf16 state, 4 a long history
- * (long_history(): 64, or 16 for the identity forms over a bf16 state)
+ * channels keep history longest), 2 bf16 state, 4 a long history (64)
  * instead of L = 2T; _i / 8 the outputs form: 0 exact, 1 identity, 2 matrix
- * (GDN; KDA runs identity again). */
+ * (GDN; KDA runs identity again); over a bf16 state every form runs exact. */
 START_TEST(test_long_session)
 {
     xworld w;
@@ -608,8 +611,9 @@ START_TEST(test_long_session)
     xform form = _i / 8 == 0 ? FORM_EXACT
                  : _i / 8 == 2 && kind == SSM_MODEL_GDN ? FORM_MATRIX
                                                         : FORM_IDENTITY;
-    xworld_open(&w, SALT(__LINE__), kind, sd, SSM_DTYPE_F32, 1,
-                _i & 4 ? long_history(form, sd) : 0, form, _i & 1, 2, 1);
+    form = form_for_state(form, sd);
+    xworld_open(&w, SALT(__LINE__), kind, sd, SSM_DTYPE_F32, 1, _i & 4 ? LONG_HISTORY : 0, form,
+                _i & 1, 2, 1);
     for (int32_t lane = 0; lane < w.lanes; lane++)
         lane_acquire(&w, lane);
     int64_t tokens = 0;

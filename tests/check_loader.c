@@ -215,25 +215,21 @@ START_TEST(test_replay_matrix_needs_gdn)
 }
 END_TEST
 
-START_TEST(test_replay_identity_bf16_long_history)
+START_TEST(test_replay_identity_needs_f32_state)
 {
-    /* bf16 state: the identity forms take at most 16 records. */
+    /* bf16 state: the identity forms are refused at the outputs line. */
     ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
                                       "max_requests = 1\n"
-                                      "[replay]\nhistory = 64\noutputs = identity\n"),
+                                      "[replay]\nhistory = 16\noutputs = identity\n"),
                      SSM_ERR_CONFIG);
     ck_assert_error_has("test.ini:15: [replay] outputs:");
-    ck_assert_error_has("history <= 16 or outputs = exact");
+    ck_assert_error_has("need state_dtype = f32");
     ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
                                       "max_requests = 1\n"
                                       "[replay]\nhistory = 32\noutputs = matrix\n"),
                      SSM_ERR_CONFIG);
     ck_assert_error_has("test.ini:15: [replay] outputs:");
-    /* 16 records, or exact at any length, load. */
-    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
-                                      "max_requests = 1\n"
-                                      "[replay]\nhistory = 16\noutputs = identity\n"),
-                     SSM_OK);
+    /* exact (explicit or by default) loads at any length. */
     ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
                                       "max_requests = 1\n"
                                       "[replay]\nhistory = 64\noutputs = exact\n"),
@@ -241,6 +237,10 @@ START_TEST(test_replay_identity_bf16_long_history)
     ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = bf16\n"
                                       "max_requests = 1\n"
                                       "[replay]\nhistory = 64\n"),
+                     SSM_OK);
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nhistory = 64\noutputs = identity\n"),
                      SSM_OK);
 }
 END_TEST
@@ -317,7 +317,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);
     tcase_add_test(contexts, test_good_context);
     tcase_add_test(contexts, test_replay_matrix_needs_gdn);
-    tcase_add_test(contexts, test_replay_identity_bf16_long_history);
+    tcase_add_test(contexts, test_replay_identity_needs_f32_state);
     tcase_add_test(contexts, test_replay_history_not_power_of_two);
     tcase_add_test(contexts, test_replay_history_too_short);
     tcase_add_test(contexts, test_replay_old_outputs_name);

@@ -29,11 +29,11 @@ static void add_option(session *s, const char *key, const char *value)
  * outputs form from the variant bits, so every form is covered:
  *   - matrix for GDN with VARIANT_ALT;
  *   - identity for the other GVA variants with fp32 activations (GDN and
- *     KDA, fp32 and bf16 state: variants 10, 11, 14, 15, 27, 31);
- *   - exact, the default (no `outputs` option), for the rest;
+ *     KDA);
+ *   - exact, the default (no `outputs` option), for the rest and for every
+ *     bf16 state (the plugin refuses the identity forms over one);
  * and a history length L among {2T (exactly, T a power of two), 4T rounded
- * up to a power of two, 64}, where 64 becomes 16 and 4T is capped at 16 for
- * the identity forms over a bf16 state (the plugin refuses L > 16 there). */
+ * up to a power of two, 64}. */
 static void session_options(session *s, int variant, int choice)
 {
     if (conform.options && *conform.options) {
@@ -52,13 +52,12 @@ static void session_options(session *s, int variant, int choice)
             outputs = "matrix";
         else if ((variant & VARIANT_GVA) && (variant & VARIANT_ACT_F32))
             outputs = "identity";
-        int32_t longest = outputs && s->sd == SSM_DTYPE_BF16 ? 16 : 64;
-        int32_t history = choice == 0 ? 2 * s->t_max : choice == 1 ? 4 * s->t_max : longest;
+        if (s->sd == SSM_DTYPE_BF16)
+            outputs = NULL; /* the identity forms need an fp32 state */
+        int32_t history = choice == 0 ? 2 * s->t_max : choice == 1 ? 4 * s->t_max : 64;
         int32_t pow2 = 1;
         while (pow2 < history)
             pow2 *= 2;
-        if (pow2 > longest) /* 2T <= 10 < 16: still room for a verify */
-            pow2 = longest;
         snprintf(s->option_text, sizeof s->option_text, "%d", pow2);
         add_option(s, "history", s->option_text);
         if (outputs)
