@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
 
@@ -28,6 +30,45 @@ void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *s
         ssm_ref_sequence(&p->model, p->state_dtype, p->activation_dtype, step->weights,
                          target->conv_buffer(target->mode, slot, step->layer),
                          target->state(target->mode, slot, step->layer), &io, count, scratch);
+    }
+}
+
+static size_t window_bytes(const ssm_mode_params_v1 *p)
+{
+    return (size_t)ssm_ref_window_elems(&p->model) * ssm_dtype_size(p->activation_dtype);
+}
+
+static size_t state_bytes(const ssm_mode_params_v1 *p)
+{
+    return (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
+}
+
+void ssm_cpu_export_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+                              int32_t slot, const ssm_canonical_v1 *dst)
+{
+    for (int32_t l = 0; l < p->model.layers; l++) {
+        memcpy(dst->conv[l], target->conv_buffer(target->mode, slot, l), window_bytes(p));
+        memcpy(dst->state[l], target->state(target->mode, slot, l), state_bytes(p));
+    }
+}
+
+void ssm_cpu_import_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+                              int32_t slot, const ssm_canonical_v1 *src)
+{
+    for (int32_t l = 0; l < p->model.layers; l++) {
+        memcpy(target->conv_buffer(target->mode, slot, l), src->conv[l], window_bytes(p));
+        memcpy(target->state(target->mode, slot, l), src->state[l], state_bytes(p));
+    }
+}
+
+void ssm_cpu_copy_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+                            int32_t src_slot, int32_t dst_slot)
+{
+    for (int32_t l = 0; l < p->model.layers; l++) {
+        memcpy(target->conv_buffer(target->mode, dst_slot, l),
+               target->conv_buffer(target->mode, src_slot, l), window_bytes(p));
+        memcpy(target->state(target->mode, dst_slot, l), target->state(target->mode, src_slot, l),
+               state_bytes(p));
     }
 }
 

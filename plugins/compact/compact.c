@@ -94,20 +94,12 @@ static ssm_status compact_reset_slot(void *instance, int32_t slot, void *stream)
     return SSM_OK;
 }
 
-static size_t window_bytes(const compact_mode *c)
-{
-    return (size_t)ssm_ref_window_elems(&c->params.model) *
-           ssm_dtype_size(c->params.activation_dtype);
-}
-
 static ssm_status compact_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
                                       void *stream)
 {
     compact_mode *c = instance;
-    for (int32_t l = 0; l < c->params.model.layers; l++) {
-        memcpy(dst->conv[l], compact_conv(c, slot, l), window_bytes(c));
-        memcpy(dst->state[l], compact_state(c, slot, l), c->state_bytes);
-    }
+    ssm_cpu_target target = compact_cpu_target(c);
+    ssm_cpu_export_canonical(&c->params, &target, slot, dst);
     return SSM_OK;
 }
 
@@ -116,10 +108,8 @@ static ssm_status compact_import_slot(void *instance, int32_t slot, const ssm_ca
 {
     compact_mode *c = instance;
     compact_reset_slot(c, slot, stream);
-    for (int32_t l = 0; l < c->params.model.layers; l++) {
-        memcpy(compact_conv(c, slot, l), src->conv[l], window_bytes(c));
-        memcpy(compact_state(c, slot, l), src->state[l], c->state_bytes);
-    }
+    ssm_cpu_target target = compact_cpu_target(c);
+    ssm_cpu_import_canonical(&c->params, &target, slot, src);
     return SSM_OK;
 }
 
@@ -129,10 +119,8 @@ static ssm_status compact_copy_slot(void *instance, int32_t src, int32_t dst, vo
     if (src == dst)
         return SSM_OK;
     compact_reset_slot(c, dst, stream);
-    for (int32_t l = 0; l < c->params.model.layers; l++) {
-        memcpy(compact_conv(c, dst, l), compact_conv(c, src, l), window_bytes(c));
-        memcpy(compact_state(c, dst, l), compact_state(c, src, l), c->state_bytes);
-    }
+    ssm_cpu_target target = compact_cpu_target(c);
+    ssm_cpu_copy_canonical(&c->params, &target, src, dst);
     return SSM_OK;
 }
 

@@ -6,6 +6,7 @@
 #ifndef SSM_COMPACT_H
 #define SSM_COMPACT_H
 
+#include "kernels/cpu_steps.h"
 #include "ssmstate/plugin.h"
 
 typedef struct compact_mode {
@@ -42,6 +43,9 @@ static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32
     size_t per_layer = (size_t)c->params.max_tokens * c->record_bytes;
     return c->records + compact_index(c, slot, layer) * per_layer + (size_t)token * c->record_bytes;
 }
+
+/* Where the shared CPU drivers find a slot's conv buffer and state. */
+ssm_cpu_target compact_cpu_target(compact_mode *c);
 
 ssm_status compact_prefill(void *instance, const ssm_step_v1 *step);
 ssm_status compact_decode(void *instance, const ssm_step_v1 *step);

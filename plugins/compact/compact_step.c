@@ -17,9 +17,14 @@ static void *state_of(void *mode, int32_t slot, int32_t layer)
     return compact_state(mode, slot, layer);
 }
 
+ssm_cpu_target compact_cpu_target(compact_mode *c)
+{
+    return (ssm_cpu_target){c, conv_of, state_of};
+}
+
 static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
 {
-    ssm_cpu_target target = {c, conv_of, state_of};
+    ssm_cpu_target target = compact_cpu_target(c);
     ssm_cpu_run_sequences(&c->params, c->services, step, &target, c->scratch);
     return SSM_OK;
 }

@@ -94,31 +94,23 @@ static ssm_status native_reset_slot(void *instance, int32_t slot, void *stream)
     return SSM_OK;
 }
 
-static size_t window_bytes(const native_mode *n)
-{
-    return (size_t)(n->params.model.conv_width - 1) * n->conv_row_bytes;
-}
-
 static ssm_status native_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
                                      void *stream)
 {
     native_mode *n = instance;
-    for (int32_t l = 0; l < n->params.model.layers; l++) {
-        memcpy(dst->conv[l], native_conv(n, slot, l), window_bytes(n));
-        memcpy(dst->state[l], native_state(n, slot, l, n->current[slot]), n->state_bytes);
-    }
+    ssm_cpu_target target = native_cpu_target(n);
+    ssm_cpu_export_canonical(&n->params, &target, slot, dst);
     return SSM_OK;
 }
 
+/* A reset first: the imported state becomes snapshot 0, the current one. */
 static ssm_status native_import_slot(void *instance, int32_t slot, const ssm_canonical_v1 *src,
                                      void *stream)
 {
     native_mode *n = instance;
     native_reset_slot(n, slot, stream);
-    for (int32_t l = 0; l < n->params.model.layers; l++) {
-        memcpy(native_conv(n, slot, l), src->conv[l], window_bytes(n));
-        memcpy(native_state(n, slot, l, 0), src->state[l], n->state_bytes);
-    }
+    ssm_cpu_target target = native_cpu_target(n);
+    ssm_cpu_import_canonical(&n->params, &target, slot, src);
     return SSM_OK;
 }
 
@@ -127,12 +119,9 @@ static ssm_status native_copy_slot(void *instance, int32_t src, int32_t dst, voi
     native_mode *n = instance;
     if (src == dst)
         return SSM_OK;
-    int32_t from = n->current[src];
     native_reset_slot(n, dst, stream);
-    for (int32_t l = 0; l < n->params.model.layers; l++) {
-        memcpy(native_conv(n, dst, l), native_conv(n, src, l), window_bytes(n));
-        memcpy(native_state(n, dst, l, 0), native_state(n, src, l, from), n->state_bytes);
-    }
+    ssm_cpu_target target = native_cpu_target(n);
+    ssm_cpu_copy_canonical(&n->params, &target, src, dst);
     return SSM_OK;
 }
 

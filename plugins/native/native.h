@@ -9,6 +9,7 @@
 #ifndef SSM_NATIVE_H
 #define SSM_NATIVE_H
 
+#include "kernels/cpu_steps.h"
 #include "ssmstate/plugin.h"
 
 typedef struct native_mode {
@@ -36,6 +37,9 @@ static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t l
     size_t index = (size_t)slot * n->params.model.layers + layer;
     return n->conv + index * n->conv_rows * n->conv_row_bytes;
 }
+
+/* Where the shared CPU drivers find a slot's conv buffer and current state. */
+ssm_cpu_target native_cpu_target(native_mode *n);
 
 /* The step methods (native_step.c). */
 ssm_status native_prefill(void *instance, const ssm_step_v1 *step);

@@ -15,10 +15,15 @@ static void *current_state_of(void *mode, int32_t slot, int32_t layer)
     return native_state(n, slot, layer, n->current[slot]);
 }
 
+ssm_cpu_target native_cpu_target(native_mode *n)
+{
+    return (ssm_cpu_target){n, conv_of, current_state_of};
+}
+
 /* Prefill and decode update the current snapshot in place. */
 static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
 {
-    ssm_cpu_target target = {n, conv_of, current_state_of};
+    ssm_cpu_target target = native_cpu_target(n);
     ssm_cpu_run_sequences(&n->params, n->services, step, &target, n->scratch);
     return SSM_OK;
 }

@@ -290,27 +290,16 @@ static ssm_status replay_reset_slot(void *instance, int32_t slot, void *stream)
 
 /* ----------------------------------------------------------- transfers */
 
-static size_t window_bytes(const replay_mode *r)
-{
-    return (size_t)ssm_ref_window_elems(&r->params.model) *
-           ssm_dtype_size(r->params.activation_dtype);
-}
-
-/* The canonical form of (slot, layer) into conv and state, without touching
- * the slot: the checkpoint with the committed records applied to a copy. */
-static void write_canonical(replay_mode *r, int32_t slot, int32_t layer, void *conv, void *state)
-{
-    memcpy(conv, replay_conv(r, slot, layer), window_bytes(r));
-    memcpy(state, replay_checkpoint(r, slot, layer), r->state_bytes);
-    replay_apply_committed(r, slot, layer, state);
-}
-
+/* Export never touches the slot: the committed records are applied to the
+ * exported copy of the checkpoint, not to the checkpoint. */
 static ssm_status replay_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
                                      void *stream)
 {
     replay_mode *r = instance;
+    ssm_cpu_target target = replay_cpu_target(r);
+    ssm_cpu_export_canonical(&r->params, &target, slot, dst);
     for (int32_t l = 0; l < r->params.model.layers; l++)
-        write_canonical(r, slot, l, dst->conv[l], dst->state[l]);
+        replay_apply_committed(r, slot, l, dst->state[l]);
     return SSM_OK;
 }
 
@@ -319,21 +308,23 @@ static ssm_status replay_import_slot(void *instance, int32_t slot, const ssm_can
 {
     replay_mode *r = instance;
     replay_reset_slot(r, slot, stream);
-    for (int32_t l = 0; l < r->params.model.layers; l++) {
-        memcpy(replay_conv(r, slot, l), src->conv[l], window_bytes(r));
-        memcpy(replay_checkpoint(r, slot, l), src->state[l], r->state_bytes);
-    }
+    ssm_cpu_target target = replay_cpu_target(r);
+    ssm_cpu_import_canonical(&r->params, &target, slot, src);
     return SSM_OK;
 }
 
+/* The copy starts with an empty history: the source's committed records are
+ * folded into the copied checkpoint (the source keeps its own). */
 static ssm_status replay_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
 {
     replay_mode *r = instance;
     if (src == dst)
         return SSM_OK;
     replay_reset_slot(r, dst, stream);
+    ssm_cpu_target target = replay_cpu_target(r);
+    ssm_cpu_copy_canonical(&r->params, &target, src, dst);
     for (int32_t l = 0; l < r->params.model.layers; l++)
-        write_canonical(r, src, l, replay_conv(r, dst, l), replay_checkpoint(r, dst, l));
+        replay_apply_committed(r, src, l, replay_checkpoint(r, dst, l));
     return SSM_OK;
 }
 

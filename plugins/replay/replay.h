@@ -15,6 +15,7 @@
 #ifndef SSM_REPLAY_H
 #define SSM_REPLAY_H
 
+#include "kernels/cpu_steps.h"
 #include "kernels/replay.h"
 #include "ssmstate/plugin.h"
 
@@ -94,6 +95,9 @@ void replay_apply_committed(replay_mode *r, int32_t slot, int32_t layer, void *s
  * is waiting for its commit (its records sit after the cursor): the core
  * refuses transfers then, and a step folds before it appends. */
 void replay_fold(replay_mode *r, int32_t slot, int32_t layer);
+
+/* Where the shared CPU drivers find a slot's conv buffer and checkpoint. */
+ssm_cpu_target replay_cpu_target(replay_mode *r);
 
 /* The step methods (replay_step.c). */
 ssm_status replay_prefill(void *instance, const ssm_step_v1 *step);

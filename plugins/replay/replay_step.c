@@ -31,6 +31,11 @@ static void *checkpoint_of(void *mode, int32_t slot, int32_t layer)
     return replay_checkpoint(mode, slot, layer);
 }
 
+ssm_cpu_target replay_cpu_target(replay_mode *r)
+{
+    return (ssm_cpu_target){r, conv_of, checkpoint_of};
+}
+
 /* Prefill runs the prefill every mode runs, on a folded checkpoint: the
  * slot is left with an empty history, which is replay's canonical form. */
 ssm_status replay_prefill(void *instance, const ssm_step_v1 *step)
@@ -39,7 +44,7 @@ ssm_status replay_prefill(void *instance, const ssm_step_v1 *step)
     for (int32_t row = 0; row < step->rows; row++)
         if (step->slots[row] >= 0)
             replay_fold(r, step->slots[row], step->layer);
-    ssm_cpu_target target = {r, conv_of, checkpoint_of};
+    ssm_cpu_target target = replay_cpu_target(r);
     ssm_cpu_run_sequences(&r->params, r->services, step, &target, r->scratch);
     return SSM_OK;
 }
