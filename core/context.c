@@ -210,6 +210,7 @@ static void release_context(ssm_ctx *ctx)
     free(ctx->slot_flags);
     free(ctx->free_slots);
     free(ctx->row_marks);
+    ssm_device_flags_free(ctx);
     ssm_config_free(ctx->config);
     free(ctx);
 }
@@ -245,6 +246,8 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
     ctx->free_count = ctx->capacity;
     status = ssm_tickets_init(&ctx->tickets, new_context_id(), ctx->config->model.layers,
                               ctx->capacity);
+    if (status == SSM_OK)
+        status = ssm_device_flags_create(ctx);
     if (status == SSM_OK) {
         ssm_services_init(ctx, &ctx->services);
         status = ctx->mode->create(&ctx->params, &ctx->services, &ctx->instance);

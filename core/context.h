@@ -18,6 +18,7 @@ struct ssm_ctx {
     uint32_t *slot_flags;        /* [capacity] SSM_FLAG_* */
     int32_t *free_slots;         /* stack of free slot numbers */
     int32_t free_count;
+    uint32_t *device_flags;      /* CUDA: [capacity + 1] in device memory (device_flags.c) */
     uint32_t *row_marks;         /* [capacity] duplicate detection in batches */
     uint32_t row_mark;
     ssm_ticket_book tickets;
@@ -38,5 +39,17 @@ ssm_status ssm_validate_rows(ssm_ctx *ctx, int32_t rows, const int32_t *slots,
 ssm_status ssm_validate_step_data(const ssm_ctx *ctx, const ssm_layer_weights *weights,
                                   const ssm_step_io *io);
 ssm_status ssm_validate_slot(const ssm_ctx *ctx, int32_t slot);
+
+/* The slots of a batch as the host may read them: `slots` on a CPU context,
+ * the engine's host copy on a CUDA one (NULL with an error when missing). */
+const int32_t *ssm_host_slots(const ssm_ctx *ctx, const int32_t *slots,
+                              const int32_t *slots_host, int32_t rows);
+
+/* The kernels' flag words on a CUDA context (core/device_flags.c); no-ops
+ * on the CPU. read fills capacity + 1 words and waits for the device. */
+ssm_status ssm_device_flags_create(ssm_ctx *ctx);
+void ssm_device_flags_free(ssm_ctx *ctx);
+void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream);
+ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words);
 
 #endif

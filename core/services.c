@@ -115,4 +115,5 @@ void ssm_services_init(ssm_ctx *ctx, ssm_services_v1 *s)
     s->alloc_host = service_alloc_host;
     s->release_host = service_release_host;
     s->flag_slot = service_flag_slot;
+    s->device_flags = ctx->device_flags;
 }

@@ -1,4 +1,6 @@
 /* The slot pool: acquire, release, reset, accounting and per-slot flags. */
+#include <stdlib.h>
+
 #include "core/context.h"
 
 ssm_status ssm_validate_slot(const ssm_ctx *ctx, int32_t slot)
@@ -40,6 +42,7 @@ static ssm_status make_fresh(ssm_ctx *ctx, int32_t slot, void *stream)
         return status;
     ssm_tickets_forget_slot(&ctx->tickets, slot);
     ctx->slot_flags[slot] = 0;
+    ssm_device_flags_clear(ctx, slot, stream);
     return SSM_OK;
 }
 
@@ -76,17 +79,24 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)
 {
     if (!ctx || !out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_ctx_status: NULL argument");
-    ssm_ctx_report report = {0, 0, -1};
-    for (int32_t s = 0; s < ctx->capacity; s++) {
-        if (!ctx->slot_flags[s])
+    uint32_t *device = calloc((size_t)ctx->capacity + 1, sizeof *device);
+    if (!device)
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "ssm_ctx_status: out of memory");
+    ssm_status status = ssm_device_flags_read(ctx, device);
+    ssm_ctx_report report = {device[ctx->capacity], 0, -1};
+    for (int32_t s = 0; s < ctx->capacity && status == SSM_OK; s++) {
+        uint32_t flags = ctx->slot_flags[s] | device[s];
+        if (!flags)
             continue;
-        report.flags |= ctx->slot_flags[s];
+        report.flags |= flags;
         report.flagged_slots++;
         if (report.first_flagged < 0)
             report.first_flagged = s;
     }
-    *out = report;
-    return SSM_OK;
+    free(device);
+    if (status == SSM_OK)
+        *out = report;
+    return status;
 }
 
 ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags)
@@ -96,6 +106,12 @@ ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags)
     if (slot < 0 || slot >= ctx->capacity)
         return ssm_error_set(SSM_ERR_SLOT_RANGE, "slot %d is outside the pool [0, %d)", slot,
                              ctx->capacity);
-    *flags = ctx->slot_flags[slot];
-    return SSM_OK;
+    uint32_t *device = calloc((size_t)ctx->capacity + 1, sizeof *device);
+    if (!device)
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "ssm_slot_flags: out of memory");
+    ssm_status status = ssm_device_flags_read(ctx, device);
+    if (status == SSM_OK)
+        *flags = ctx->slot_flags[slot] | device[slot];
+    free(device);
+    return status;
 }

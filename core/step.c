@@ -20,24 +20,26 @@ static ssm_step_v1 make_step(int32_t layer, int32_t rows, int32_t tokens, const 
     return step;
 }
 
-static ssm_status check_offsets(const ssm_prefill_batch *batch)
+static ssm_status check_offsets(const ssm_prefill_batch *batch, const int32_t *offsets)
 {
     if (batch->max_row_tokens < 0)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "max_row_tokens is %d",
                              batch->max_row_tokens);
     if (batch->rows == 0)
         return SSM_OK;
-    if (!batch->token_offsets)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "prefill batch has no token_offsets");
-    if (batch->token_offsets[0] != 0)
+    if (!batch->token_offsets || !offsets)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "prefill batch has no token_offsets (a CUDA context also needs "
+                             "token_offsets_host)");
+    if (offsets[0] != 0)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "token_offsets[0] is %d, not 0",
-                             batch->token_offsets[0]);
+                             offsets[0]);
     for (int32_t r = 0; r < batch->rows; r++) {
-        int32_t length = batch->token_offsets[r + 1] - batch->token_offsets[r];
-        if (batch->token_offsets[r + 1] < batch->token_offsets[r])
+        int32_t length = offsets[r + 1] - offsets[r];
+        if (offsets[r + 1] < offsets[r])
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                                  "token_offsets decrease at row %d (%d then %d)", r,
-                                 batch->token_offsets[r], batch->token_offsets[r + 1]);
+                                 offsets[r], offsets[r + 1]);
         if (length > batch->max_row_tokens)
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                                  "row %d has %d tokens, more than max_row_tokens %d", r, length,
@@ -51,14 +53,19 @@ ssm_status ssm_prefill(ssm_ctx *ctx, int32_t layer, const ssm_prefill_batch *bat
 {
     if (!ctx || !batch)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_prefill: NULL argument");
+    int cuda = ctx->config->device.type == SSM_DEVICE_CUDA;
+    const int32_t *slots = ssm_host_slots(ctx, batch->slots, batch->slots_host, batch->rows);
+    const int32_t *offsets = cuda ? batch->token_offsets_host : batch->token_offsets;
     ssm_status status = ssm_validate_layer(ctx, layer);
+    if (status == SSM_OK && !slots && batch->rows > 0)
+        status = SSM_ERR_INVALID_ARGUMENT;
     if (status == SSM_OK)
-        status = ssm_validate_rows(ctx, batch->rows, batch->slots, 0);
+        status = ssm_validate_rows(ctx, batch->rows, slots, 0);
     if (status == SSM_OK)
-        status = check_offsets(batch);
+        status = check_offsets(batch, offsets);
     if (status != SSM_OK)
         return status;
-    if (batch->rows == 0 || batch->token_offsets[batch->rows] == 0)
+    if (batch->rows == 0 || offsets[batch->rows] == 0)
         return SSM_OK;
     status = ssm_validate_step_data(ctx, weights, io);
     if (status != SSM_OK)
@@ -77,9 +84,12 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
     if (batch->tokens != 1)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "decode takes 1 token per row, not %d",
                              batch->tokens);
+    const int32_t *slots = ssm_host_slots(ctx, batch->slots, batch->slots_host, batch->rows);
     ssm_status status = ssm_validate_layer(ctx, layer);
+    if (status == SSM_OK && !slots && batch->rows > 0)
+        status = SSM_ERR_INVALID_ARGUMENT;
     if (status == SSM_OK)
-        status = ssm_validate_rows(ctx, batch->rows, batch->slots, 0);
+        status = ssm_validate_rows(ctx, batch->rows, slots, 0);
     if (status != SSM_OK || batch->rows == 0)
         return status;
     status = ssm_validate_step_data(ctx, weights, io);
@@ -93,9 +103,11 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
  * with: same buffer, same shape, and every row naming the slot it named then
  * (the book remembers each pending slot's row, so a permutation is caught). */
 static ssm_status check_same_rows(const ssm_ctx *ctx, const ssm_forward *f, int32_t rows,
-                                  int32_t tokens, const int32_t *slots)
+                                  int32_t tokens, const int32_t *device_slots,
+                                  const int32_t *slots)
 {
-    if (rows != f->rows || tokens != f->tokens || slots != f->slots)
+    if (rows != f->rows || tokens != f->tokens || device_slots != f->slots ||
+        slots != f->slots_host)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "forward %llu was opened over %d rows x %d tokens with another "
                              "slot buffer; every layer and the commit must present the same",
@@ -134,16 +146,20 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
     if (status != SSM_OK)
         return status;
 
+    const int32_t *slots = ssm_host_slots(ctx, batch->slots, batch->slots_host, batch->rows);
+    if (!slots && batch->rows > 0)
+        return SSM_ERR_INVALID_ARGUMENT;
     ssm_forward *forward = NULL;
     int opening = ticket->context_id == 0 && ticket->forward == 0;
     if (opening) {
-        status = ssm_validate_rows(ctx, batch->rows, batch->slots, 0);
+        status = ssm_validate_rows(ctx, batch->rows, slots, 0);
         if (status == SSM_OK)
             status = ssm_tickets_can_open(&ctx->tickets);
     } else {
         status = ssm_tickets_lookup(&ctx->tickets, ticket, &forward);
         if (status == SSM_OK)
-            status = check_same_rows(ctx, forward, batch->rows, batch->tokens, batch->slots);
+            status = check_same_rows(ctx, forward, batch->rows, batch->tokens, batch->slots,
+                                     slots);
         if (status == SSM_OK && forward->layer_done[layer])
             status = ssm_error_set(SSM_ERR_VERIFY_PENDING,
                                    "layer %d was already verified in forward %llu; commit first",
@@ -162,7 +178,7 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
             return status;
     }
     if (opening)
-        forward = ssm_tickets_open(&ctx->tickets, batch, ticket);
+        forward = ssm_tickets_open(&ctx->tickets, batch, slots, ticket);
     ssm_tickets_mark_layer(&ctx->tickets, forward, layer);
     return SSM_OK;
 }
@@ -182,16 +198,19 @@ ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *acc
                              "before the commit",
                              (unsigned long long)forward->id, forward->layers_done,
                              ctx->config->model.layers);
-    status = check_same_rows(ctx, forward, forward->rows, forward->tokens, forward->slots);
+    status = check_same_rows(ctx, forward, forward->rows, forward->tokens, forward->slots,
+                             forward->slots_host);
     if (status != SSM_OK)
         return status;
     if (forward->rows > 0 && !accepted)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_commit: no accepted lengths");
-    for (int32_t r = 0; r < forward->rows; r++)
-        if (forward->slots[r] != -1 && (accepted[r] < 1 || accepted[r] > forward->tokens))
+    /* Host lengths are checked here; device lengths by the commit kernel. */
+    int host_lengths = ctx->config->device.type != SSM_DEVICE_CUDA;
+    for (int32_t r = 0; host_lengths && r < forward->rows; r++)
+        if (forward->slots_host[r] != -1 && (accepted[r] < 1 || accepted[r] > forward->tokens))
             return ssm_error_set(SSM_ERR_ACCEPTED_RANGE,
                                  "row %d (slot %d): accepted length %d is outside [1, %d]", r,
-                                 forward->slots[r], accepted[r], forward->tokens);
+                                 forward->slots_host[r], accepted[r], forward->tokens);
     if (forward->live_rows > 0) {
         ssm_commit_v1 args = {sizeof args, forward->rows, forward->tokens, forward->slots,
                               accepted, stream};
@@ -242,6 +261,7 @@ ssm_status ssm_forward_abort(ssm_ctx *ctx, const ssm_ticket *ticket, void *strea
         if (status != SSM_OK)
             return status;
         ctx->slot_flags[s] = 0;
+        ssm_device_flags_clear(ctx, s, stream);
     }
     ssm_tickets_abort(&ctx->tickets, forward);
     return SSM_OK;

@@ -105,7 +105,8 @@ ssm_status ssm_tickets_can_open(const ssm_ticket_book *book)
     return SSM_OK;
 }
 
-ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch, ssm_ticket *ticket)
+ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
+                              const int32_t *slots_host, ssm_ticket *ticket)
 {
     uint64_t id = ++book->last_forward;
     ssm_forward *f = &book->history[id % SSM_FORWARD_HISTORY];
@@ -118,8 +119,9 @@ ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch, ssm
     f->rows = batch->rows;
     f->tokens = batch->tokens;
     f->slots = batch->slots;
+    f->slots_host = slots_host;
     for (int32_t r = 0; r < batch->rows; r++) {
-        int32_t slot = batch->slots[r];
+        int32_t slot = slots_host[r];
         if (slot < 0)
             continue;
         ssm_forward *previous = book->slot_latest[slot] ? find(book, book->slot_latest[slot]) : NULL;
@@ -169,8 +171,8 @@ void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward)
     /* The commit checked that the slot buffer still names exactly this
      * forward's slots, so walking it is enough (no scan of the pool). */
     for (int32_t r = 0; r < forward->rows; r++)
-        if (forward->slots[r] >= 0)
-            book->slot_pending[forward->slots[r]] = 0;
+        if (forward->slots_host[r] >= 0)
+            book->slot_pending[forward->slots_host[r]] = 0;
     forward->state = FORWARD_COMMITTED;
     book->open_count--;
 }

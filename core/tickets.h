@@ -23,6 +23,7 @@ typedef struct ssm_forward {
     int superseded;        /* a later verify opened over one of its slots */
     int32_t rows, tokens;
     const int32_t *slots;  /* the caller's buffer; must stay unchanged until commit */
+    const int32_t *slots_host; /* what the host reads: slots, or its host copy (CUDA) */
     int32_t live_rows;     /* rows that are not padding */
     int32_t layers_done;
     uint8_t *layer_done;   /* [layers] */
@@ -52,9 +53,11 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
 /* Whether a new forward can open (fewer than SSM_MAX_OPEN_FORWARDS open). */
 ssm_status ssm_tickets_can_open(const ssm_ticket_book *book);
 
-/* Opens a forward over validated rows and fills the ticket. Cannot fail once
+/* Opens a forward over validated rows and fills the ticket; slots_host is
+ * the host-readable copy of batch->slots. Cannot fail once
  * ssm_tickets_can_open said yes. */
-ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch, ssm_ticket *ticket);
+ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
+                              const int32_t *slots_host, ssm_ticket *ticket);
 
 /* Marks a layer verified in an open forward. */
 void ssm_tickets_mark_layer(ssm_ticket_book *book, ssm_forward *forward, int32_t layer);

@@ -11,7 +11,10 @@
  * Calls the core makes are already validated: slots are in range or -1,
  * lengths are within the limits the plugin declared, tickets are current, and
  * accepted lengths are in [1, T] (host metadata; device metadata is checked by
- * the plugin's kernels, which skip the row and raise SSM_FLAG_BAD_*).
+ * the plugin's kernels, which skip the row and raise SSM_FLAG_BAD_*). On a
+ * CUDA context the core checked the engine's host copy of the slots; the
+ * kernels still skip a slot outside [0, capacity) (SSM_FLAG_BAD_SLOT), since
+ * a replayed CUDA graph may carry other device values.
  * A plugin method returns SSM_OK or an error after calling services->error()
  * with a message; on error it must leave its state as it was.
  *
@@ -87,6 +90,11 @@ typedef struct ssm_services_v1 {
     void (*release_host)(void *core, void *ptr);
     /* Raises SSM_FLAG_* bits for a slot (host path; kernels use flag words). */
     void (*flag_slot)(void *core, int32_t slot, uint32_t flags);
+    /* Appended in 0.2 (check struct_size): CUDA contexts only, else NULL.
+     * Device memory, capacity + 1 words: word s holds slot s's SSM_FLAG_*
+     * bits, word `capacity` the bits of rows whose slot lies outside the
+     * pool. Kernels atomicOr into it; the core reads it for ssm_ctx_status. */
+    uint32_t *device_flags;
 } ssm_services_v1;
 
 /* One decode, verify or prefill call for one layer. */

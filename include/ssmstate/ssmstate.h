@@ -163,7 +163,14 @@ void ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out);
 typedef struct ssm_batch {
     int32_t rows;
     int32_t tokens;
-    const int32_t *slots;
+    const int32_t *slots;      /* [rows] in the context's memory space; the kernels read it */
+    /* CUDA contexts: the same slots in host memory, for the protocol's
+     * bookkeeping (pending forwards, duplicates, ranges), which runs on the
+     * host without reading device memory. Required there, ignored on the
+     * CPU. Like `slots`, it must not change until the commit. A CUDA graph
+     * replayed with other device slots bypasses the host checks; the kernels
+     * still skip rows whose slot is outside the pool (SSM_FLAG_BAD_SLOT). */
+    const int32_t *slots_host;
 } ssm_batch;
 
 /* Rows of a prefill: row r holds tokens token_offsets[r] .. token_offsets[r+1]-1
@@ -174,6 +181,10 @@ typedef struct ssm_prefill_batch {
     const int32_t *slots;
     const int32_t *token_offsets;
     int32_t max_row_tokens;
+    /* CUDA contexts: host copies of slots and token_offsets (required there,
+     * ignored on the CPU); see ssm_batch. */
+    const int32_t *slots_host;
+    const int32_t *token_offsets_host;
 } ssm_prefill_batch;
 
 /* Proof of a verify, presented at commit. Zero-initialize (SSM_TICKET_INIT)
@@ -217,7 +228,11 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
 /* Keeps, for every layer, the first accepted[r] verified tokens of row r
  * (1 <= accepted[r] <= T; padding rows ignored) and closes the forward. The
  * ticket must be the latest verify's for those rows, with every layer
- * verified. Errors: SSM_ERR_TICKET_FOREIGN, SSM_ERR_TICKET_STALE,
+ * verified. `accepted` is in the context's memory space: on the CPU it is
+ * checked before any work; on a CUDA context the kernel checks it, skips a
+ * row outside [1, T] and raises SSM_FLAG_BAD_ACCEPTED on its slot (that
+ * slot's state is then undefined until reset: an engine that sees the flag
+ * resets it). Errors: SSM_ERR_TICKET_FOREIGN, SSM_ERR_TICKET_STALE,
  * SSM_ERR_TICKET_REPEATED, SSM_ERR_TICKET_INCOMPLETE, SSM_ERR_ACCEPTED_RANGE;
  * on any of them nothing is written and the forward stays open. */
 ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *accepted,
@@ -251,8 +266,10 @@ typedef struct ssm_ctx_report {
     int32_t first_flagged;   /* lowest flagged slot, or -1 */
 } ssm_ctx_report;
 
-/* Flags raised by past steps. Host path: exact at return. Errors:
- * SSM_ERR_INVALID_ARGUMENT. */
+/* Flags raised by past steps. CPU contexts: exact at return. CUDA contexts:
+ * reads the kernels' flag words, which waits for the work queued on every
+ * stream (a status query, not a step call). Errors: SSM_ERR_INVALID_ARGUMENT,
+ * SSM_ERR_DEVICE. */
 ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out);
 
 /* Flags of one slot (cleared when the slot is reset or released). */

@@ -1,0 +1,63 @@
+/* The kernels' flag words on a CUDA context (SPEC 4, 10): capacity + 1 words
+ * in device memory, word s for slot s and a last word for rows whose slot
+ * lies outside the pool. Kernels atomicOr into them; the host reads them only
+ * when asked for the status, never in a step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core/context.h"
+#ifdef HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static size_t flag_bytes(const ssm_ctx *ctx)
+{
+    return sizeof(uint32_t) * ((size_t)ctx->capacity + 1);
+}
+
+ssm_status ssm_device_flags_create(ssm_ctx *ctx)
+{
+    if (ctx->config->device.type != SSM_DEVICE_CUDA)
+        return SSM_OK;
+    ctx->device_flags = ssm_device_alloc(&ctx->config->device, flag_bytes(ctx));
+    if (!ctx->device_flags)
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY,
+                             "cannot allocate %zu bytes of flag words on cuda:%d",
+                             flag_bytes(ctx), (int)ctx->config->device.index);
+    return SSM_OK;
+}
+
+void ssm_device_flags_free(ssm_ctx *ctx)
+{
+    ssm_device_free(&ctx->config->device, ctx->device_flags);
+    ctx->device_flags = NULL;
+}
+
+void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream)
+{
+#ifdef HAVE_CUDA
+    if (ctx->device_flags)
+        cudaMemsetAsync(ctx->device_flags + slot, 0, sizeof(uint32_t), (cudaStream_t)stream);
+#else
+    (void)ctx, (void)slot, (void)stream;
+#endif
+}
+
+ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words)
+{
+    memset(words, 0, flag_bytes(ctx));
+#ifdef HAVE_CUDA
+    if (!ctx->device_flags)
+        return SSM_OK;
+    cudaError_t e = cudaSetDevice(ctx->config->device.index);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(words, ctx->device_flags, flag_bytes(ctx), cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return ssm_error_set(SSM_ERR_DEVICE, "reading the flag words of cuda:%d: %s",
+                             (int)ctx->config->device.index, cudaGetErrorString(e));
+#endif
+    return SSM_OK;
+}
