@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
+#include "kernels/build_caps.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
@@ -18,6 +20,18 @@ static ssm_status compact_check_config(const ssm_mode_params_v1 *p, char *why, s
         *bad_option = 0;
         snprintf(why, why_len, "unknown key (the compact mode takes no options)");
         return SSM_ERR_CONFIG;
+    }
+    if (p->device.type == SSM_DEVICE_CUDA) {
+#ifdef HAVE_CUDA
+        const char *reason = compact_cuda_unsupported(p);
+        if (reason) {
+            snprintf(why, why_len, "device = cuda: %s", reason);
+            return SSM_ERR_UNSUPPORTED;
+        }
+#else
+        snprintf(why, why_len, "this build has no CUDA kernels");
+        return SSM_ERR_UNSUPPORTED;
+#endif
     }
     return SSM_OK;
 }
@@ -38,6 +52,10 @@ static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *ou
         layers * (uint64_t)p->max_tokens * ssm_record_bytes(&p->model, p->activation_dtype);
     out->shared_bytes = ssm_state_bytes(&p->model, p->state_dtype) +
                         (uint64_t)scratch_floats(&p->model) * sizeof(float);
+#ifdef HAVE_CUDA
+    if (p->device.type == SSM_DEVICE_CUDA)
+        out->scratch_bytes += compact_cuda_scratch_bytes(p); /* token scratch and q */
+#endif
     return SSM_OK;
 }
 
@@ -47,6 +65,9 @@ static void compact_destroy(void *instance)
     if (!c)
         return;
     const ssm_services_v1 *s = c->services;
+#ifdef HAVE_CUDA
+    compact_cuda_destroy(c);
+#endif
     s->release(s->core, c->states);
     s->release(s->core, c->conv);
     s->release(s->core, c->records);
@@ -79,6 +100,15 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory for %d slots",
                         p->capacity);
     }
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c)) {
+        ssm_status st = compact_cuda_create(c);
+        if (st != SSM_OK) {
+            compact_destroy(c);
+            return st;
+        }
+    }
+#endif
     *instance = c;
     return SSM_OK;
 }
@@ -86,6 +116,10 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
 static ssm_status compact_reset_slot(void *instance, int32_t slot, void *stream)
 {
     compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_reset(c, slot, stream);
+#endif
     int32_t layers = c->params.model.layers;
     memset(compact_state(c, slot, 0), 0, (size_t)layers * c->state_bytes);
     memset(compact_conv(c, slot, 0), 0, (size_t)layers * c->conv_bytes);
@@ -98,6 +132,10 @@ static ssm_status compact_export_slot(void *instance, int32_t slot, const ssm_ca
                                       void *stream)
 {
     compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_export(c, slot, dst, stream);
+#endif
     ssm_cpu_target target = compact_cpu_target(c);
     ssm_cpu_export_canonical(&c->params, &target, slot, dst);
     return SSM_OK;
@@ -107,6 +145,10 @@ static ssm_status compact_import_slot(void *instance, int32_t slot, const ssm_ca
                                       void *stream)
 {
     compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_import(c, slot, src, stream);
+#endif
     compact_reset_slot(c, slot, stream);
     ssm_cpu_target target = compact_cpu_target(c);
     ssm_cpu_import_canonical(&c->params, &target, slot, src);
@@ -118,6 +160,10 @@ static ssm_status compact_copy_slot(void *instance, int32_t src, int32_t dst, vo
     compact_mode *c = instance;
     if (src == dst)
         return SSM_OK;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_copy(c, src, dst, stream);
+#endif
     compact_reset_slot(c, dst, stream);
     ssm_cpu_target target = compact_cpu_target(c);
     ssm_cpu_copy_canonical(&c->params, &target, src, dst);
@@ -129,7 +175,7 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .struct_size = sizeof(ssm_plugin_v1),
     .name = "compact",
     .mode_version = COMPACT_MODE_VERSION,
-    .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
+    .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
                     SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
     .check_config = compact_check_config,
     .plan = compact_plan,

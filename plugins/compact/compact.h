@@ -20,6 +20,7 @@ typedef struct compact_mode {
     uint8_t *records;           /* [capacity][layers][T_max][record] */
     uint8_t *work;              /* host: the running state of one verify row */
     float *scratch;             /* host scratch for the reference kernels */
+    struct compact_gpu *gpu;    /* CUDA contexts: scratch of the GPU path (compact_cuda.cu) */
 } compact_mode;
 
 static inline size_t compact_index(const compact_mode *c, int32_t slot, int32_t layer)
@@ -46,6 +47,28 @@ static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32
 
 /* Where the shared CPU drivers find a slot's conv buffer and state. */
 ssm_cpu_target compact_cpu_target(compact_mode *c);
+
+/* The GPU path (compact_cuda.cu; built with CUDA). Same contracts as the
+ * plugin methods; unsupported returns why a config can't run there or NULL. */
+const char *compact_cuda_unsupported(const ssm_mode_params_v1 *p);
+size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
+ssm_status compact_cuda_create(compact_mode *c);
+void compact_cuda_destroy(compact_mode *c);
+ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step);
+ssm_status compact_cuda_decode(compact_mode *c, const ssm_step_v1 *step);
+ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *step);
+ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *commit);
+ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream);
+ssm_status compact_cuda_export(compact_mode *c, int32_t slot, const ssm_canonical_v1 *dst,
+                               void *stream);
+ssm_status compact_cuda_import(compact_mode *c, int32_t slot, const ssm_canonical_v1 *src,
+                               void *stream);
+ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream);
+
+static inline int compact_on_gpu(const compact_mode *c)
+{
+    return c->params.device.type == SSM_DEVICE_CUDA;
+}
 
 ssm_status compact_prefill(void *instance, const ssm_step_v1 *step);
 ssm_status compact_decode(void *instance, const ssm_step_v1 *step);

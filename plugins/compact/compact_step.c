@@ -1,4 +1,5 @@
 /* The compact mode's steps on the CPU. */
+#include "config.h"
 #include <string.h>
 
 #include "kernels/conv_buffer.h"
@@ -31,17 +32,29 @@ static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
 
 ssm_status compact_prefill(void *instance, const ssm_step_v1 *step)
 {
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(instance))
+        return compact_cuda_prefill(instance, step);
+#endif
     return run_in_place(instance, step);
 }
 
 ssm_status compact_decode(void *instance, const ssm_step_v1 *step)
 {
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(instance))
+        return compact_cuda_decode(instance, step);
+#endif
     return run_in_place(instance, step);
 }
 
 ssm_status compact_verify(void *instance, const ssm_step_v1 *step)
 {
     compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_verify(c, step);
+#endif
     const ssm_model_dims *m = &c->params.model;
     ssm_dtype act = c->params.activation_dtype;
     size_t out_row = ssm_out_row_bytes(m, act);
@@ -73,6 +86,10 @@ ssm_status compact_verify(void *instance, const ssm_step_v1 *step)
 ssm_status compact_commit(void *instance, const ssm_commit_v1 *commit)
 {
     compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_commit(c, commit);
+#endif
     const ssm_model_dims *m = &c->params.model;
     for (int32_t r = 0; r < commit->rows; r++) {
         int32_t slot = commit->slots[r];

@@ -2,6 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
+#include "kernels/build_caps.h"
+
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/reference.h"
@@ -18,9 +21,17 @@ static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, si
         snprintf(why, why_len, "unknown key (the native mode takes no options)");
         return SSM_ERR_CONFIG;
     }
-    if (p->device.type != SSM_DEVICE_CPU) {
-        snprintf(why, why_len, "only device = cpu is built so far");
+    if (p->device.type == SSM_DEVICE_CUDA) {
+#ifdef HAVE_CUDA
+        const char *reason = native_cuda_unsupported(p);
+        if (reason) {
+            snprintf(why, why_len, "device = cuda: %s", reason);
+            return SSM_ERR_UNSUPPORTED;
+        }
+#else
+        snprintf(why, why_len, "this build has no CUDA kernels");
         return SSM_ERR_UNSUPPORTED;
+#endif
     }
     return SSM_OK;
 }
@@ -38,6 +49,10 @@ static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
     out->conv_bytes = (uint64_t)p->model.layers * conv_bytes_per_layer(p);
     out->scratch_bytes = sizeof(int32_t); /* the current snapshot index */
     out->shared_bytes = (uint64_t)ssm_cpu_scratch_floats(&p->model) * sizeof(float);
+#ifdef HAVE_CUDA
+    if (p->device.type == SSM_DEVICE_CUDA)
+        out->scratch_bytes += native_cuda_scratch_bytes(p); /* token scratch and q */
+#endif
     return SSM_OK;
 }
 
@@ -47,9 +62,15 @@ static void native_destroy(void *instance)
     if (!n)
         return;
     const ssm_services_v1 *s = n->services;
+#ifdef HAVE_CUDA
+    native_cuda_destroy(n);
+#endif
     s->release(s->core, n->states);
     s->release(s->core, n->conv);
-    s->release_host(s->core, n->current);
+    if (native_on_gpu(n))
+        s->release(s->core, n->current);
+    else
+        s->release_host(s->core, n->current);
     s->release_host(s->core, n->scratch);
     s->release_host(s->core, n);
 }
@@ -71,7 +92,8 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
     size_t slot_layers = (size_t)p->capacity * p->model.layers;
     n->states = s->alloc(s->core, slot_layers * n->snapshots * n->state_bytes);
     n->conv = s->alloc(s->core, slot_layers * conv_bytes_per_layer(p));
-    n->current = s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
+    n->current = native_on_gpu(n) ? s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity)
+                                  : s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
     n->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)ssm_cpu_scratch_floats(&p->model));
     if (!n->states || !n->conv || !n->current || !n->scratch) {
         native_destroy(n);
@@ -80,6 +102,15 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
                         (size_t)p->model.layers *
                             (n->snapshots * n->state_bytes + conv_bytes_per_layer(&n->params)));
     }
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n)) {
+        ssm_status st = native_cuda_create(n);
+        if (st != SSM_OK) {
+            native_destroy(n);
+            return st;
+        }
+    }
+#endif
     *instance = n;
     return SSM_OK;
 }
@@ -87,6 +118,10 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
 static ssm_status native_reset_slot(void *instance, int32_t slot, void *stream)
 {
     native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_reset(n, slot, stream);
+#endif
     int32_t layers = n->params.model.layers;
     memset(native_state(n, slot, 0, 0), 0, (size_t)layers * n->snapshots * n->state_bytes);
     memset(native_conv(n, slot, 0), 0, (size_t)layers * n->conv_rows * n->conv_row_bytes);
@@ -98,6 +133,10 @@ static ssm_status native_export_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_export(n, slot, dst, stream);
+#endif
     ssm_cpu_target target = native_cpu_target(n);
     ssm_cpu_export_canonical(&n->params, &target, slot, dst);
     return SSM_OK;
@@ -108,6 +147,10 @@ static ssm_status native_import_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_import(n, slot, src, stream);
+#endif
     native_reset_slot(n, slot, stream);
     ssm_cpu_target target = native_cpu_target(n);
     ssm_cpu_import_canonical(&n->params, &target, slot, src);
@@ -119,6 +162,10 @@ static ssm_status native_copy_slot(void *instance, int32_t src, int32_t dst, voi
     native_mode *n = instance;
     if (src == dst)
         return SSM_OK;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_copy(n, src, dst, stream);
+#endif
     native_reset_slot(n, dst, stream);
     ssm_cpu_target target = native_cpu_target(n);
     ssm_cpu_copy_canonical(&n->params, &target, src, dst);
@@ -130,7 +177,7 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .struct_size = sizeof(ssm_plugin_v1),
     .name = "native",
     .mode_version = NATIVE_MODE_VERSION,
-    .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
+    .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
                     SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
     .check_config = native_check_config,
     .plan = native_plan,

@@ -21,8 +21,9 @@ typedef struct native_mode {
     int32_t conv_rows;             /* W - 1 + T_max */
     uint8_t *states;               /* [capacity][layers][snapshots][state] */
     uint8_t *conv;                 /* [capacity][layers][conv_rows][D] */
-    int32_t *current;              /* [capacity] current snapshot */
+    int32_t *current;              /* [capacity] current snapshot (device memory on CUDA) */
     float *scratch;                /* host scratch for the reference kernels */
+    struct native_gpu *gpu;        /* CUDA contexts: scratch of the GPU path (native_cuda.cu) */
 } native_mode;
 
 static inline uint8_t *native_state(const native_mode *n, int32_t slot, int32_t layer,
@@ -40,6 +41,28 @@ static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t l
 
 /* Where the shared CPU drivers find a slot's conv buffer and current state. */
 ssm_cpu_target native_cpu_target(native_mode *n);
+
+/* The GPU path (native_cuda.cu; built with CUDA). Same contracts as the
+ * plugin methods; unsupported returns why a config can't run there or NULL. */
+const char *native_cuda_unsupported(const ssm_mode_params_v1 *p);
+size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
+ssm_status native_cuda_create(native_mode *n);
+void native_cuda_destroy(native_mode *n);
+ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step);
+ssm_status native_cuda_decode(native_mode *n, const ssm_step_v1 *step);
+ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step);
+ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *commit);
+ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stream);
+ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream);
+ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream);
+ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst, void *stream);
+
+static inline int native_on_gpu(const native_mode *n)
+{
+    return n->params.device.type == SSM_DEVICE_CUDA;
+}
 
 /* The step methods (native_step.c). */
 ssm_status native_prefill(void *instance, const ssm_step_v1 *step);

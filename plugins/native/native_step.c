@@ -1,4 +1,5 @@
 /* The native mode's steps on the CPU, through the shared reference kernels. */
+#include "config.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
@@ -30,17 +31,29 @@ static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
 
 ssm_status native_prefill(void *instance, const ssm_step_v1 *step)
 {
+#ifdef HAVE_CUDA
+    if (native_on_gpu(instance))
+        return native_cuda_prefill(instance, step);
+#endif
     return run_in_place(instance, step);
 }
 
 ssm_status native_decode(void *instance, const ssm_step_v1 *step)
 {
+#ifdef HAVE_CUDA
+    if (native_on_gpu(instance))
+        return native_cuda_decode(instance, step);
+#endif
     return run_in_place(instance, step);
 }
 
 ssm_status native_verify(void *instance, const ssm_step_v1 *step)
 {
     native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_verify(n, step);
+#endif
     const ssm_model_dims *m = &n->params.model;
     ssm_dtype act = n->params.activation_dtype;
     size_t out_row = ssm_out_row_bytes(m, act);
@@ -74,6 +87,10 @@ ssm_status native_verify(void *instance, const ssm_step_v1 *step)
 ssm_status native_commit(void *instance, const ssm_commit_v1 *commit)
 {
     native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_commit(n, commit);
+#endif
     for (int32_t r = 0; r < commit->rows; r++) {
         int32_t slot = commit->slots[r];
         if (slot < 0)

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
+#include "kernels/build_caps.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
@@ -151,9 +153,17 @@ static ssm_status replay_check_config(const ssm_mode_params_v1 *p, char *why, si
     ssm_status status = parse_options(p, &options, why, why_len, bad_option);
     if (status != SSM_OK)
         return status;
-    if (p->device.type != SSM_DEVICE_CPU) {
-        snprintf(why, why_len, "only device = cpu is built so far");
+    if (p->device.type == SSM_DEVICE_CUDA) {
+#ifdef HAVE_CUDA
+        const char *reason = replay_cuda_unsupported(p);
+        if (reason) {
+            snprintf(why, why_len, "device = cuda: %s", reason);
+            return SSM_ERR_UNSUPPORTED;
+        }
+#else
+        snprintf(why, why_len, "this build has no CUDA kernels");
         return SSM_ERR_UNSUPPORTED;
+#endif
     }
     return SSM_OK;
 }
@@ -207,6 +217,10 @@ static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
     out->scratch_bytes = layers * (records_bytes_per_layer(p, &options) + sizeof(int32_t));
     out->shared_bytes = (uint64_t)host_layout_of(p, &options).total * sizeof(float) +
                         (uint64_t)p->max_tokens * sizeof(ssm_ref_token);
+#ifdef HAVE_CUDA
+    if (p->device.type == SSM_DEVICE_CUDA)
+        out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts */
+#endif
     return SSM_OK;
 }
 
@@ -218,6 +232,9 @@ static void replay_destroy(void *instance)
     if (!r)
         return;
     const ssm_services_v1 *s = r->services;
+#ifdef HAVE_CUDA
+    replay_cuda_destroy(r);
+#endif
     s->release(s->core, r->checkpoints);
     s->release(s->core, r->conv);
     s->release(s->core, r->records);
@@ -271,6 +288,15 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
                         (int)r->options.history);
     }
     bind_host(r);
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r)) {
+        ssm_status st = replay_cuda_create(r);
+        if (st != SSM_OK) {
+            replay_destroy(r);
+            return st;
+        }
+    }
+#endif
     *instance = r;
     return SSM_OK;
 }
@@ -278,6 +304,10 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
 static ssm_status replay_reset_slot(void *instance, int32_t slot, void *stream)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_reset(r, slot, stream);
+#endif
     size_t layers = (size_t)r->params.model.layers;
     memset(replay_checkpoint(r, slot, 0), 0, layers * r->state_bytes);
     memset(replay_conv(r, slot, 0), 0, layers * r->conv_bytes);
@@ -296,6 +326,10 @@ static ssm_status replay_export_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_export(r, slot, dst, stream);
+#endif
     ssm_cpu_target target = replay_cpu_target(r);
     ssm_cpu_export_canonical(&r->params, &target, slot, dst);
     for (int32_t l = 0; l < r->params.model.layers; l++)
@@ -307,6 +341,10 @@ static ssm_status replay_import_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_import(r, slot, src, stream);
+#endif
     replay_reset_slot(r, slot, stream);
     ssm_cpu_target target = replay_cpu_target(r);
     ssm_cpu_import_canonical(&r->params, &target, slot, src);
@@ -320,6 +358,10 @@ static ssm_status replay_copy_slot(void *instance, int32_t src, int32_t dst, voi
     replay_mode *r = instance;
     if (src == dst)
         return SSM_OK;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_copy(r, src, dst, stream);
+#endif
     replay_reset_slot(r, dst, stream);
     ssm_cpu_target target = replay_cpu_target(r);
     ssm_cpu_copy_canonical(&r->params, &target, src, dst);
@@ -332,6 +374,10 @@ static ssm_status replay_materialize(void *instance, const int32_t *slots, int32
                                      void *stream)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_materialize(r, slots, count, stream);
+#endif
     for (int32_t i = 0; i < count; i++)
         if (slots[i] >= 0)
             for (int32_t l = 0; l < r->params.model.layers; l++)
@@ -344,7 +390,7 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .struct_size = sizeof(ssm_plugin_v1),
     .name = "replay",
     .mode_version = REPLAY_MODE_VERSION,
-    .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
+    .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
                     SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
     .check_config = replay_check_config,
     .plan = replay_plan,

@@ -58,6 +58,7 @@ typedef struct replay_mode {
     float *outputs_scratch;      /* ssm_replay_outputs' scratch */
     uint8_t *work;               /* [HV][V][K] state dtype: the exact form's running state */
     ssm_ref_token *tokens;       /* [T_max] tokens of a row, bound into scratch */
+    struct replay_gpu *gpu;      /* CUDA contexts: ring starts and scratch (replay_cuda.cu) */
 } replay_mode;
 
 static inline size_t replay_index(const replay_mode *r, int32_t slot, int32_t layer)
@@ -98,6 +99,30 @@ void replay_fold(replay_mode *r, int32_t slot, int32_t layer);
 
 /* Where the shared CPU drivers find a slot's conv buffer and checkpoint. */
 ssm_cpu_target replay_cpu_target(replay_mode *r);
+
+/* The GPU path (replay_cuda.cu; built with CUDA). Same contracts as the
+ * plugin methods; unsupported returns why a config can't run there or NULL. */
+const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p);
+size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
+ssm_status replay_cuda_create(replay_mode *r);
+void replay_cuda_destroy(replay_mode *r);
+ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step);
+ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step);
+ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step);
+ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *commit);
+ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stream);
+ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream);
+ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream);
+ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream);
+ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
+                                   void *stream);
+
+static inline int replay_on_gpu(const replay_mode *r)
+{
+    return r->params.device.type == SSM_DEVICE_CUDA;
+}
 
 /* The step methods (replay_step.c). */
 ssm_status replay_prefill(void *instance, const ssm_step_v1 *step);

@@ -1,4 +1,5 @@
 /* The replay mode's steps and folds on the CPU. */
+#include "config.h"
 #include <string.h>
 
 #include "kernels/conv_buffer.h"
@@ -41,6 +42,10 @@ ssm_cpu_target replay_cpu_target(replay_mode *r)
 ssm_status replay_prefill(void *instance, const ssm_step_v1 *step)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_prefill(r, step);
+#endif
     for (int32_t row = 0; row < step->rows; row++)
         if (step->slots[row] >= 0)
             replay_fold(r, step->slots[row], step->layer);
@@ -121,6 +126,10 @@ static void commit_layer(replay_mode *r, int32_t slot, int32_t layer, int32_t ac
 ssm_status replay_decode(void *instance, const ssm_step_v1 *step)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_decode(r, step);
+#endif
     for (int32_t row = 0; row < step->rows; row++) {
         if (step->slots[row] < 0)
             continue;
@@ -133,6 +142,10 @@ ssm_status replay_decode(void *instance, const ssm_step_v1 *step)
 ssm_status replay_verify(void *instance, const ssm_step_v1 *step)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_verify(r, step);
+#endif
     for (int32_t row = 0; row < step->rows; row++)
         if (step->slots[row] >= 0)
             step_row(r, step, row, step->tokens);
@@ -142,6 +155,10 @@ ssm_status replay_verify(void *instance, const ssm_step_v1 *step)
 ssm_status replay_commit(void *instance, const ssm_commit_v1 *commit)
 {
     replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_commit(r, commit);
+#endif
     for (int32_t row = 0; row < commit->rows; row++) {
         if (commit->slots[row] < 0)
             continue;

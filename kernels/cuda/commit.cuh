@@ -1,0 +1,81 @@
+/* The commit of a forward on the GPU, every layer in one launch: the conv
+ * buffer keeps the first a staged inputs (its window becomes the last W-1
+ * rows of [window; staged[0..a)], as kernels/conv_buffer.h does on the CPU),
+ * and the mode's per-slot index moves: native's current snapshot becomes
+ * a-1, replay's cursor advances by a (after a fold, which the verify did when
+ * n + 2T > L, the ring restarts after the folded records). Accepted lengths
+ * live in device memory and are checked here: a row outside [1, T] is
+ * skipped and its slot flagged SSM_FLAG_BAD_ACCEPTED. accepted == NULL
+ * means 1 for every row (a decode's implicit commit). */
+#ifndef SSM_KERNELS_CUDA_COMMIT_CUH
+#define SSM_KERNELS_CUDA_COMMIT_CUH
+
+#include "kernels/cuda/prep.cuh"
+
+namespace ssm {
+
+struct commit_args {
+    dims d;
+    int32_t rows, layers, layer_first, capacity, tokens;
+    const int32_t *slots;
+    const int32_t *accepted;
+    void *conv;
+    int32_t conv_rows;
+    int32_t *current;              /* native; NULL otherwise */
+    int32_t *ring_n, *ring_start;  /* replay; NULL otherwise */
+    int32_t ring_mask, history;
+    uint32_t *flags;
+};
+
+/* grid (ceil(D / SSM_PREP_THREADS), rows, layers committed), SSM_PREP_THREADS threads. */
+template <class Act>
+__global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
+{
+    int32_t r = blockIdx.y;
+    int32_t layer = a.layer_first + blockIdx.z;
+    int32_t slot = a.slots[r];
+    int32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+    bool reporter = c == 0 && blockIdx.z == 0;
+    if (!slot_is_live(slot, a.capacity, a.flags, reporter))
+        return;
+    int32_t accepted = a.accepted ? a.accepted[r] : 1;
+    if (accepted < 1 || accepted > a.tokens) {
+        if (reporter)
+            raise_flag(a.flags, a.capacity, slot, SSM_FLAG_BAD_ACCEPTED);
+        return;
+    }
+    if (c < a.d.D) {
+        /* Ascending rows: row i reads row accepted + i > i, not yet written. */
+        Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + layer) * a.conv_rows * a.d.D;
+        for (int32_t i = 0; i < a.d.W - 1; i++)
+            buffer[(int64_t)i * a.d.D + c] = buffer[(int64_t)(accepted + i) * a.d.D + c];
+    }
+    if (c != 0)
+        return;
+    if (a.current && blockIdx.z == 0)
+        a.current[slot] = accepted - 1;
+    if (a.ring_n) {
+        int64_t cell = (int64_t)slot * a.layers + layer;
+        int32_t used = a.ring_n[cell];
+        if (ring_folds(used, a.tokens, a.history)) {
+            a.ring_start[cell] = (a.ring_start[cell] + used) & a.ring_mask;
+            a.ring_n[cell] = accepted;
+        } else {
+            a.ring_n[cell] = used + accepted;
+        }
+    }
+}
+
+/* Replay after a fold outside a step (materialize, prefill): the ring is
+ * empty. grid (1, rows, layers), 32 threads. */
+__global__ void ring_clear_kernel(const int32_t *slots, int32_t capacity, int32_t layers,
+                                  int32_t layer_first, int32_t *ring_n)
+{
+    int32_t slot = slots[blockIdx.y];
+    if (threadIdx.x != 0 || slot < 0 || slot >= capacity)
+        return;
+    ring_n[(int64_t)slot * layers + layer_first + blockIdx.z] = 0;
+}
+
+} /* namespace ssm */
+#endif

@@ -1,0 +1,120 @@
+/* Device basics every kernel shares: element types, loads and stores with the
+ * rounding of kernels/math.h, the warp reduction, and the flag words.
+ *
+ * The warp sum is a butterfly (xor 16, 8, 4, 2, 1): every lane ends with the
+ * same bits, and a given set of 32 partial sums always reduces in the same
+ * order. That, and one op order in every caller, is what makes native,
+ * compact and replay agree bit for bit on one device. */
+#ifndef SSM_KERNELS_CUDA_DEVICE_CUH
+#define SSM_KERNELS_CUDA_DEVICE_CUH
+
+#include <stdint.h>
+
+#include "kernels/math.h"
+#include "ssmstate/types.h"
+
+namespace ssm {
+
+/* A bf16 value as its bits; arithmetic happens in fp32. */
+struct bf16 {
+    uint16_t bits;
+};
+
+/* Widening load and rounding store for the two element types. */
+__device__ __forceinline__ float load(const float *p) { return *p; }
+__device__ __forceinline__ float load(const bf16 *p) { return ssm_bf16_to_f32(p->bits); }
+__device__ __forceinline__ void store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store(bf16 *p, float v) { p->bits = ssm_f32_to_bf16(v); }
+
+/* v as an element of type E holds it (identity for fp32). */
+__device__ __forceinline__ float round_to(const float *, float v) { return v; }
+__device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }
+
+/* Sum over the 32 lanes of a warp; every lane gets the same bits. */
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+/* Raises flag bits for a slot, or for the out-of-pool word (flags[capacity]). */
+__device__ __forceinline__ void raise_flag(uint32_t *flags, int32_t capacity, int32_t slot,
+                                           uint32_t bits)
+{
+    if (!flags)
+        return;
+    int32_t word = (slot >= 0 && slot < capacity) ? slot : capacity;
+    atomicOr(flags + word, bits);
+}
+
+/* Whether a row's slot is live. Padding (-1) is skipped silently; any other
+ * slot outside [0, capacity) is skipped and raises SSM_FLAG_BAD_SLOT (a
+ * replayed graph may carry values the host never checked). */
+__device__ __forceinline__ bool slot_is_live(int32_t slot, int32_t capacity, uint32_t *flags,
+                                             bool report)
+{
+    if (slot == -1)
+        return false;
+    if (slot < 0 || slot >= capacity) {
+        if (report)
+            raise_flag(flags, capacity, slot, SSM_FLAG_BAD_SLOT);
+        return false;
+    }
+    return true;
+}
+
+/* Byte offsets inside one token record (kernels/record.h's layout, shared
+ * with the CPU): k [H][K] act | v [HV][V] act | g [GW] f32 | beta [HV] f32,
+ * and for replay records u [HV][V] f32 | G sum [GW] | G error [GW]. */
+struct record_layout {
+    int64_t k, v, g, beta, u, gate_sum, gate_error;
+    int64_t bytes; /* one record (raw or replay) */
+};
+
+__host__ __device__ inline int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+inline record_layout make_record_layout(const ssm_model_dims &m, size_t act_size, bool replay)
+{
+    int64_t gw = m.kind == SSM_MODEL_KDA ? (int64_t)m.value_heads * m.key_dim : m.value_heads;
+    record_layout r;
+    r.k = 0;
+    r.v = align16((int64_t)m.heads * m.key_dim * (int64_t)act_size);
+    r.g = r.v + align16((int64_t)m.value_heads * m.value_dim * (int64_t)act_size);
+    r.beta = r.g + align16(gw * 4);
+    int64_t raw = r.beta + align16((int64_t)m.value_heads * 4);
+    r.u = raw;
+    r.gate_sum = r.u + align16((int64_t)m.value_heads * m.value_dim * 4);
+    r.gate_error = r.gate_sum + align16(gw * 4);
+    r.bytes = replay ? r.gate_error + align16(gw * 4) : raw;
+    return r;
+}
+
+/* The dims a kernel needs, by value. */
+struct dims {
+    int32_t H, HV, K, V, W, D, GW, group; /* group = HV / H */
+    bool kda;
+    bool has_lower_bound;
+    float lower_bound;
+};
+
+inline dims make_dims(const ssm_model_dims &m)
+{
+    dims d;
+    d.H = m.heads;
+    d.HV = m.value_heads;
+    d.K = m.key_dim;
+    d.V = m.value_dim;
+    d.W = m.conv_width;
+    d.D = (int32_t)(2 * (int64_t)m.heads * m.key_dim + (int64_t)m.value_heads * m.value_dim);
+    d.kda = m.kind == SSM_MODEL_KDA;
+    d.GW = d.kda ? m.value_heads * m.key_dim : m.value_heads;
+    d.group = m.value_heads / m.heads;
+    d.has_lower_bound = m.has_lower_bound != 0;
+    d.lower_bound = m.lower_bound;
+    return d;
+}
+
+} /* namespace ssm */
+#endif

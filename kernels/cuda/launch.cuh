@@ -1,0 +1,334 @@
+/* Host side of the GPU path, compiled into each plugin's .cu: what every mode
+ * keeps besides its states (the per-slot token scratch and q buffer), the
+ * argument structs filled from a step, and the launches with their dispatch
+ * on key dim, state dtype and activation dtype. Launches only: no
+ * allocation, no synchronization, so a step can be captured in a graph. */
+#ifndef SSM_KERNELS_CUDA_LAUNCH_CUH
+#define SSM_KERNELS_CUDA_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "kernels/cuda/commit.cuh"
+#include "kernels/cuda/identity.cuh"
+#include "ssmstate/plugin.h"
+
+namespace ssm {
+
+/* Largest replay history the identity kernel's shared memory takes. */
+#define SSM_GPU_MAX_HISTORY 256
+
+/* Why the GPU kernels cannot run a configuration, or NULL. */
+inline const char *gpu_unsupported(const ssm_mode_params_v1 *p)
+{
+    int32_t K = p->model.key_dim;
+    if (K != 32 && K != 64 && K != 128)
+        return "the CUDA kernels take key_dim 32, 64 or 128";
+    if (p->state_dtype == SSM_DTYPE_F16 || p->activation_dtype == SSM_DTYPE_F16)
+        return "the CUDA kernels take f32 and bf16 only";
+    return NULL;
+}
+
+/* What every mode keeps on the GPU besides its states. */
+struct gpu_common {
+    dims d;
+    record_layout raw;    /* one token record */
+    int32_t layers, capacity, max_tokens, conv_rows;
+    ssm_dtype state_dtype, act_dtype;
+    size_t act_size, state_size;
+    int64_t state_elems;  /* one layer: HV * V * K */
+    uint8_t *tokens;      /* [capacity][max_tokens] records (prefill, decode, native verify) */
+    void *q;              /* [capacity][max_tokens][H][K] act */
+    uint32_t *flags;      /* the core's device flag words */
+    int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
+};
+
+/* Bytes per slot of the token scratch and q buffer. */
+inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
+{
+    record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
+    size_t q = (size_t)p->model.heads * p->model.key_dim * ssm_dtype_size(p->activation_dtype);
+    return (size_t)p->max_tokens * ((size_t)raw.bytes + q);
+}
+
+/* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
+inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
+                                    const ssm_services_v1 *s)
+{
+    g.d = make_dims(p->model);
+    g.act_size = ssm_dtype_size(p->activation_dtype);
+    g.state_size = ssm_dtype_size(p->state_dtype);
+    g.raw = make_record_layout(p->model, g.act_size, false);
+    g.layers = p->model.layers;
+    g.capacity = p->capacity;
+    g.max_tokens = p->max_tokens;
+    g.conv_rows = p->model.conv_width - 1 + p->max_tokens;
+    g.state_dtype = p->state_dtype;
+    g.act_dtype = p->activation_dtype;
+    g.state_elems = (int64_t)p->model.value_heads * p->model.value_dim * p->model.key_dim;
+    g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
+                  ? s->device_flags
+                  : NULL;
+    size_t slots = (size_t)p->capacity * p->max_tokens;
+    g.tokens = (uint8_t *)s->alloc(s->core, slots * (size_t)g.raw.bytes);
+    g.q = s->alloc(s->core, slots * (size_t)p->model.heads * p->model.key_dim * g.act_size);
+    g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
+    int32_t *host = (int32_t *)s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
+    if (!g.tokens || !g.q || !g.slot_table || !host) {
+        s->release_host(s->core, host);
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for scratch");
+    }
+    for (int32_t i = 0; i < p->capacity; i++)
+        host[i] = i;
+    cudaError_t e = cudaMemcpy(g.slot_table, host, sizeof(int32_t) * (size_t)p->capacity,
+                               cudaMemcpyHostToDevice);
+    s->release_host(s->core, host);
+    if (e != cudaSuccess)
+        return s->error(s->core, SSM_ERR_DEVICE, "create: %s", cudaGetErrorString(e));
+    return SSM_OK;
+}
+
+inline void gpu_common_destroy(gpu_common &g, const ssm_services_v1 *s)
+{
+    s->release(s->core, g.tokens);
+    s->release(s->core, g.q);
+    s->release(s->core, g.slot_table);
+    g.tokens = NULL;
+    g.q = NULL;
+    g.slot_table = NULL;
+}
+
+inline ssm_status launch_status(const ssm_services_v1 *s, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        return SSM_OK;
+    return s->error(s->core, SSM_ERR_DEVICE, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* ------------------------------------------------------------- prep */
+
+/* Prep arguments for a step whose records go to the token scratch; a mode
+ * points records elsewhere (compact's records, replay's ring) afterwards. */
+inline prep_args prep_for(const gpu_common &g, const ssm_step_v1 *step, void *conv, bool stage)
+{
+    prep_args a = {};
+    a.d = g.d;
+    a.rows = step->rows;
+    a.tokens = step->token_offsets ? g.max_tokens : step->tokens;
+    a.layer = step->layer;
+    a.layers = g.layers;
+    a.capacity = g.capacity;
+    a.max_tokens = g.max_tokens;
+    a.slots = step->slots;
+    a.token_offsets = step->token_offsets;
+    a.x = step->io.x;
+    a.gate = step->io.gate;
+    a.beta = step->io.beta;
+    a.conv_weight = step->weights->conv_weight;
+    a.conv_bias = step->weights->conv_bias;
+    a.a_log = step->weights->a_log;
+    a.dt_bias = step->weights->dt_bias;
+    a.conv = conv;
+    a.conv_rows = g.conv_rows;
+    a.stage = stage;
+    a.records = g.tokens;
+    a.slot_stride = (int64_t)g.max_tokens * g.raw.bytes;
+    a.layer_stride = 0;
+    a.layout = g.raw;
+    a.ring_mask = 0x7fffffff;
+    a.q = g.q;
+    a.flags = g.flags;
+    return a;
+}
+
+inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *stream,
+                              const ssm_services_v1 *s)
+{
+    if (a.rows == 0)
+        return SSM_OK;
+    if (a.rows > 65535)
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
+    int32_t width = a.d.D > a.d.GW ? a.d.D : a.d.GW;
+    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (g.act_dtype == SSM_DTYPE_BF16)
+        prep_kernel<bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else
+        prep_kernel<float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    return launch_status(s, "conv and gates kernel");
+}
+
+/* ------------------------------------------------------------- tiles */
+
+/* Tile arguments over `state` with `snapshots` per (slot, layer), tokens
+ * from the token scratch; the caller sets history, outputs and stores. */
+inline tile_args tile_for(const gpu_common &g, int32_t rows, const int32_t *slots, int32_t layer,
+                          void *state, int32_t snapshots)
+{
+    tile_args a = {};
+    a.d = g.d;
+    a.rows = rows;
+    a.layers = g.layers;
+    a.capacity = g.capacity;
+    a.max_tokens = g.max_tokens;
+    a.layer = layer;
+    a.slots = slots;
+    a.flags = g.flags;
+    a.state = state;
+    a.snapshots = snapshots;
+    a.ring_mask = 0x7fffffff;
+    a.tok = g.tokens;
+    a.tok_slot_stride = (int64_t)g.max_tokens * g.raw.bytes;
+    a.tok_layout = g.raw;
+    a.q = g.q;
+    return a;
+}
+
+/* The tokens of a decode or verify step (io->out gets the outputs). */
+inline void tile_step_tokens(tile_args &a, const ssm_step_v1 *step)
+{
+    a.tokens = step->token_offsets ? a.max_tokens : step->tokens;
+    a.token_offsets = step->token_offsets;
+    a.out = step->io.out;
+}
+
+template <class State, class Act>
+inline void launch_tile_typed(const tile_args &a, dim3 grid, cudaStream_t st)
+{
+    dim3 block(32 * SSM_TILE_WARPS);
+    switch (a.d.K) {
+    case 32: tile_kernel<1, State, Act><<<grid, block, 0, st>>>(a); break;
+    case 64: tile_kernel<2, State, Act><<<grid, block, 0, st>>>(a); break;
+    default: tile_kernel<4, State, Act><<<grid, block, 0, st>>>(a); break;
+    }
+}
+
+inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *stream,
+                              const ssm_services_v1 *s)
+{
+    int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
+    if (jobs == 0)
+        return SSM_OK;
+    dim3 grid((unsigned)(tiles_per_head(a.d.V) * jobs), a.d.HV);
+    cudaStream_t st = (cudaStream_t)stream;
+    bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+    if (bf16_state && bf16_act)
+        launch_tile_typed<bf16, bf16>(a, grid, st);
+    else if (bf16_state)
+        launch_tile_typed<bf16, float>(a, grid, st);
+    else if (bf16_act)
+        launch_tile_typed<float, bf16>(a, grid, st);
+    else
+        launch_tile_typed<float, float>(a, grid, st);
+    return launch_status(s, "recurrence kernel");
+}
+
+/* The identity kernel (fp32 state): replay's output-only step. */
+inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
+                                  const ssm_services_v1 *s)
+{
+    if (a.rows == 0)
+        return SSM_OK;
+    dim3 grid((unsigned)(tiles_per_head(a.d.V) * a.rows), a.d.HV);
+    dim3 block(32 * SSM_TILE_WARPS);
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.kda);
+    cudaStream_t st = (cudaStream_t)stream;
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+#define SSM_IDENTITY(KPL)                                                                     \
+    do {                                                                                      \
+        if (bf16_act) {                                                                       \
+            cudaFuncSetAttribute(identity_kernel<KPL, bf16>,                                  \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
+            identity_kernel<KPL, bf16><<<grid, block, shared, st>>>(a);                       \
+        } else {                                                                              \
+            cudaFuncSetAttribute(identity_kernel<KPL, float>,                                 \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
+            identity_kernel<KPL, float><<<grid, block, shared, st>>>(a);                      \
+        }                                                                                     \
+    } while (0)
+    switch (a.d.K) {
+    case 32: SSM_IDENTITY(1); break;
+    case 64: SSM_IDENTITY(2); break;
+    default: SSM_IDENTITY(4); break;
+    }
+#undef SSM_IDENTITY
+    return launch_status(s, "replay identity kernel");
+}
+
+/* ------------------------------------------------------------- commit */
+
+inline commit_args commit_for(const gpu_common &g, int32_t rows, int32_t tokens,
+                              const int32_t *slots, const int32_t *accepted, void *conv)
+{
+    commit_args a = {};
+    a.d = g.d;
+    a.rows = rows;
+    a.layers = g.layers;
+    a.capacity = g.capacity;
+    a.tokens = tokens;
+    a.slots = slots;
+    a.accepted = accepted;
+    a.conv = conv;
+    a.conv_rows = g.conv_rows;
+    a.flags = g.flags;
+    return a;
+}
+
+/* Commits layers [first, first + count). */
+inline ssm_status launch_commit(const gpu_common &g, commit_args a, int32_t first, int32_t count,
+                                void *stream, const ssm_services_v1 *s)
+{
+    if (a.rows == 0)
+        return SSM_OK;
+    if (a.rows > 65535)
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
+    a.layer_first = first;
+    dim3 grid((a.d.D + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, count);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (g.act_dtype == SSM_DTYPE_BF16)
+        commit_kernel<bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else
+        commit_kernel<float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    return launch_status(s, "commit kernel");
+}
+
+/* ------------------------------------------------------------- slots */
+
+/* Zeroes `bytes` at `ptr` on the stream. */
+inline ssm_status gpu_zero(void *ptr, size_t bytes, void *stream, const ssm_services_v1 *s)
+{
+    cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)stream);
+    return e == cudaSuccess ? SSM_OK
+                            : s->error(s->core, SSM_ERR_DEVICE, "reset: %s", cudaGetErrorString(e));
+}
+
+/* Copies `bytes` device to device on the stream. */
+inline ssm_status gpu_copy(void *dst, const void *src, size_t bytes, void *stream,
+                           const ssm_services_v1 *s)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+    return e == cudaSuccess ? SSM_OK
+                            : s->error(s->core, SSM_ERR_DEVICE, "copy: %s", cudaGetErrorString(e));
+}
+
+/* The conv windows of a slot's layers: rows [0, W-1) of each buffer. */
+inline ssm_status gpu_copy_windows(const gpu_common &g, void *conv, int32_t slot, void *const *dst,
+                                   const void *const *src, void *stream, const ssm_services_v1 *s)
+{
+    size_t row = (size_t)g.d.D * g.act_size;
+    size_t window = (size_t)(g.d.W - 1) * row;
+    for (int32_t l = 0; l < g.layers && window > 0; l++) {
+        uint8_t *buffer = (uint8_t *)conv + ((size_t)slot * g.layers + l) * g.conv_rows * row;
+        ssm_status st = dst ? gpu_copy(dst[l], buffer, window, stream, s)
+                            : gpu_copy(buffer, src[l], window, stream, s);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+} /* namespace ssm */
+#endif

@@ -1,0 +1,165 @@
+/* The compact mode on the GPU (SPEC 3.3): verify writes records and outputs
+ * from the state without writing it; commit applies the accepted records of
+ * every layer in one launch, through tile_token like native's update. */
+#include "kernels/cuda/launch.cuh"
+
+extern "C" {
+#include "plugins/compact/compact.h"
+}
+
+using namespace ssm;
+
+struct compact_gpu {
+    gpu_common common;
+};
+
+static gpu_common &G(compact_mode *c) { return c->gpu->common; }
+
+extern "C" const char *compact_cuda_unsupported(const ssm_mode_params_v1 *p)
+{
+    return gpu_unsupported(p);
+}
+
+extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+{
+    return gpu_scratch_bytes(p);
+}
+
+extern "C" ssm_status compact_cuda_create(compact_mode *c)
+{
+    const ssm_services_v1 *s = c->services;
+    c->gpu = (compact_gpu *)s->alloc_host(s->core, sizeof(compact_gpu));
+    if (!c->gpu)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    return gpu_common_create(G(c), &c->params, s);
+}
+
+extern "C" void compact_cuda_destroy(compact_mode *c)
+{
+    if (!c->gpu)
+        return;
+    gpu_common_destroy(G(c), c->services);
+    c->services->release_host(c->services->core, c->gpu);
+    c->gpu = NULL;
+}
+
+/* The verify records: [slot][layer][T_max]. */
+static void point_at_records(compact_mode *c, const gpu_common &g, uint8_t *&base,
+                             int64_t &slot_stride, int64_t &layer_stride)
+{
+    base = c->records;
+    layer_stride = (int64_t)g.max_tokens * g.raw.bytes;
+    slot_stride = layer_stride * g.layers;
+}
+
+/* Prefill and decode: the state in place, the window advanced. */
+static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(c);
+    int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
+                                         : 1;
+    for (int32_t p = 0; p < pieces; p++) {
+        prep_args pa = prep_for(g, step, c->conv, false);
+        pa.piece = p * g.max_tokens;
+        ssm_status st = launch_prep(g, pa, step->stream, c->services);
+        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
+        tile_step_tokens(ta, step);
+        ta.piece = pa.piece;
+        ta.store = STORE_FINAL;
+        if (st == SSM_OK)
+            st = launch_tile(g, ta, step->stream, c->services);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+extern "C" ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step)
+{
+    return run_in_place(c, step);
+}
+
+extern "C" ssm_status compact_cuda_decode(compact_mode *c, const ssm_step_v1 *step)
+{
+    return run_in_place(c, step);
+}
+
+extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(c);
+    prep_args pa = prep_for(g, step, c->conv, true);
+    point_at_records(c, g, pa.records, pa.slot_stride, pa.layer_stride);
+    ssm_status st = launch_prep(g, pa, step->stream, c->services);
+    tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
+    tile_step_tokens(ta, step);
+    uint8_t *records;
+    point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
+    ta.tok = records;
+    ta.store = STORE_NONE;
+    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->services);
+}
+
+extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *commit)
+{
+    gpu_common &g = G(c);
+    tile_args ta = tile_for(g, commit->rows, commit->slots, -1, c->states, 1);
+    uint8_t *records;
+    point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
+    ta.tok = records;
+    ta.tokens = commit->tokens;
+    ta.accepted = commit->accepted;
+    ta.q = NULL;
+    ta.store = STORE_FINAL;
+    ssm_status st = launch_tile(g, ta, commit->stream, c->services);
+    commit_args a = commit_for(g, commit->rows, commit->tokens, commit->slots, commit->accepted,
+                               c->conv);
+    return st != SSM_OK ? st : launch_commit(g, a, 0, g.layers, commit->stream, c->services);
+}
+
+extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream)
+{
+    int32_t layers = c->params.model.layers;
+    ssm_status st = gpu_zero(compact_state(c, slot, 0), (size_t)layers * c->state_bytes, stream,
+                             c->services);
+    return st != SSM_OK ? st
+                        : gpu_zero(compact_conv(c, slot, 0), (size_t)layers * c->conv_bytes, stream,
+                                   c->services);
+}
+
+extern "C" ssm_status compact_cuda_export(compact_mode *c, int32_t slot,
+                                          const ssm_canonical_v1 *dst, void *stream)
+{
+    ssm_status st = SSM_OK;
+    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++)
+        st = gpu_copy(dst->state[l], compact_state(c, slot, l), c->state_bytes, stream,
+                      c->services);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(G(c), c->conv, slot, dst->conv, NULL, stream,
+                                           c->services);
+}
+
+extern "C" ssm_status compact_cuda_import(compact_mode *c, int32_t slot,
+                                          const ssm_canonical_v1 *src, void *stream)
+{
+    ssm_status st = compact_cuda_reset(c, slot, stream);
+    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++)
+        st = gpu_copy(compact_state(c, slot, l), src->state[l], c->state_bytes, stream,
+                      c->services);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(G(c), c->conv, slot, NULL, src->conv, stream,
+                                           c->services);
+}
+
+extern "C" ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream)
+{
+    ssm_status st = compact_cuda_reset(c, dst, stream);
+    size_t window = (size_t)(c->params.model.conv_width - 1) * G(c).d.D * G(c).act_size;
+    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++) {
+        st = gpu_copy(compact_state(c, dst, l), compact_state(c, src, l), c->state_bytes, stream,
+                      c->services);
+        if (st == SSM_OK && window > 0)
+            st = gpu_copy(compact_conv(c, dst, l), compact_conv(c, src, l), window, stream,
+                          c->services);
+    }
+    return st;
+}

@@ -1,0 +1,171 @@
+/* The native mode on the GPU (SPEC 3.2): verify writes the state after token
+ * t into snapshot t, commit moves the device-side current index, decode and
+ * prefill update the current snapshot in place. */
+#include "kernels/cuda/launch.cuh"
+
+extern "C" {
+#include "plugins/native/native.h"
+}
+
+using namespace ssm;
+
+struct native_gpu {
+    gpu_common common;
+};
+
+static gpu_common &G(native_mode *n) { return n->gpu->common; }
+
+extern "C" const char *native_cuda_unsupported(const ssm_mode_params_v1 *p)
+{
+    return gpu_unsupported(p);
+}
+
+extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+{
+    return gpu_scratch_bytes(p);
+}
+
+extern "C" ssm_status native_cuda_create(native_mode *n)
+{
+    const ssm_services_v1 *s = n->services;
+    n->gpu = (native_gpu *)s->alloc_host(s->core, sizeof(native_gpu));
+    if (!n->gpu)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    return gpu_common_create(G(n), &n->params, s);
+}
+
+extern "C" void native_cuda_destroy(native_mode *n)
+{
+    if (!n->gpu)
+        return;
+    gpu_common_destroy(G(n), n->services);
+    n->services->release_host(n->services->core, n->gpu);
+    n->gpu = NULL;
+}
+
+/* Prefill and decode: the current snapshot in place, the window advanced.
+ * A prefill runs in pieces of T_max tokens through the token scratch. */
+static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(n);
+    int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
+                                         : 1;
+    for (int32_t p = 0; p < pieces; p++) {
+        prep_args pa = prep_for(g, step, n->conv, false);
+        pa.piece = p * g.max_tokens;
+        ssm_status st = launch_prep(g, pa, step->stream, n->services);
+        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, n->states, n->snapshots);
+        ta.current = n->current;
+        tile_step_tokens(ta, step);
+        ta.piece = pa.piece;
+        ta.store = STORE_FINAL;
+        if (st == SSM_OK)
+            st = launch_tile(g, ta, step->stream, n->services);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+extern "C" ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step)
+{
+    return run_in_place(n, step);
+}
+
+extern "C" ssm_status native_cuda_decode(native_mode *n, const ssm_step_v1 *step)
+{
+    return run_in_place(n, step);
+}
+
+extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(n);
+    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->services);
+    tile_args ta = tile_for(g, step->rows, step->slots, step->layer, n->states, n->snapshots);
+    ta.current = n->current;
+    tile_step_tokens(ta, step);
+    ta.store = STORE_EACH;
+    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->services);
+}
+
+extern "C" ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *c)
+{
+    gpu_common &g = G(n);
+    commit_args a = commit_for(g, c->rows, c->tokens, c->slots, c->accepted, n->conv);
+    a.current = n->current;
+    return launch_commit(g, a, 0, g.layers, c->stream, n->services);
+}
+
+extern "C" ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stream)
+{
+    gpu_common &g = G(n);
+    size_t state = (size_t)g.state_elems * g.state_size;
+    size_t conv = (size_t)g.conv_rows * g.d.D * g.act_size;
+    const ssm_services_v1 *s = n->services;
+    ssm_status st = gpu_zero((uint8_t *)n->states + (size_t)slot * g.layers * n->snapshots * state,
+                             (size_t)g.layers * n->snapshots * state, stream, s);
+    if (st == SSM_OK)
+        st = gpu_zero((uint8_t *)n->conv + (size_t)slot * g.layers * conv, g.layers * conv, stream,
+                      s);
+    if (st == SSM_OK)
+        st = gpu_zero(n->current + slot, sizeof(int32_t), stream, s);
+    return st;
+}
+
+/* Copies the current snapshot of src (every layer) to dst[l]: the index is
+ * on the device, so a tile job reads it there. */
+static ssm_status copy_current(native_mode *n, int32_t src, void *const *dst, void *stream)
+{
+    gpu_common &g = G(n);
+    for (int32_t l = 0; l < g.layers; l++) {
+        tile_args ta = tile_for(g, 1, g.slot_table + src, l, n->states, n->snapshots);
+        ta.current = n->current;
+        ta.store = STORE_DST;
+        ta.dst = dst[l];
+        ssm_status st = launch_tile(g, ta, stream, n->services);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+extern "C" ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm_canonical_v1 *dst,
+                                         void *stream)
+{
+    ssm_status st = copy_current(n, slot, dst->state, stream);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(G(n), n->conv, slot, dst->conv, NULL, stream,
+                                           n->services);
+}
+
+/* After a reset, snapshot 0 is current. */
+extern "C" ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm_canonical_v1 *src,
+                                         void *stream)
+{
+    gpu_common &g = G(n);
+    ssm_status st = native_cuda_reset(n, slot, stream);
+    size_t state = (size_t)g.state_elems * g.state_size;
+    for (int32_t l = 0; l < g.layers && st == SSM_OK; l++)
+        st = gpu_copy(native_state(n, slot, l, 0), src->state[l], state, stream, n->services);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(g, n->conv, slot, NULL, src->conv, stream, n->services);
+}
+
+/* dst is reset first, so its current snapshot is 0. */
+extern "C" ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst, void *stream)
+{
+    gpu_common &g = G(n);
+    ssm_status st = native_cuda_reset(n, dst, stream);
+    size_t window = (size_t)(g.d.W - 1) * g.d.D * g.act_size;
+    for (int32_t l = 0; l < g.layers && st == SSM_OK; l++) {
+        tile_args ta = tile_for(g, 1, g.slot_table + src, l, n->states, n->snapshots);
+        ta.current = n->current;
+        ta.store = STORE_DST;
+        ta.dst = native_state(n, dst, l, 0);
+        st = launch_tile(g, ta, stream, n->services);
+        if (st == SSM_OK && window > 0)
+            st = gpu_copy(native_conv(n, dst, l), native_conv(n, src, l), window, stream,
+                          n->services);
+    }
+    return st;
+}

@@ -1,0 +1,261 @@
+/* The replay mode on the GPU (SPEC 3.4). Per (slot, layer): the checkpoint,
+ * a ring of L records with a start and a count n (both on the device, so a
+ * step never asks the host), and the conv buffer every mode keeps.
+ *
+ * A step appends its T records after the history (prep.cuh) and computes the
+ * outputs without writing the checkpoint: by re-running the history through
+ * native's update (outputs = exact, tile_kernel) or through SPEC 2.4's
+ * identity (identity_kernel). When n + 2T > L the step's kernel folds first:
+ * it applies the n committed records and stores the checkpoint, and the
+ * commit then starts the ring after them. The decision is made on the device
+ * from n, the same way in prep, step and commit, so it needs no host sync
+ * and survives graph replay. */
+#include "kernels/cuda/launch.cuh"
+
+extern "C" {
+#include "plugins/replay/replay.h"
+}
+
+using namespace ssm;
+
+struct replay_gpu {
+    gpu_common common;
+    record_layout ring;  /* one replay record */
+    int32_t *ring_start; /* [capacity][layers] */
+};
+
+static gpu_common &G(replay_mode *r) { return r->gpu->common; }
+
+extern "C" const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p)
+{
+    return gpu_unsupported(p);
+}
+
+extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+{
+    return gpu_scratch_bytes(p) + (size_t)p->model.layers * sizeof(int32_t); /* + ring start */
+}
+
+extern "C" ssm_status replay_cuda_create(replay_mode *r)
+{
+    const ssm_services_v1 *s = r->services;
+    r->gpu = (replay_gpu *)s->alloc_host(s->core, sizeof(replay_gpu));
+    if (!r->gpu)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    ssm_status st = gpu_common_create(G(r), &r->params, s);
+    if (st != SSM_OK)
+        return st;
+    r->gpu->ring = make_record_layout(r->params.model, G(r).act_size, true);
+    size_t cells = (size_t)r->params.capacity * r->params.model.layers;
+    r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
+    if (!r->gpu->ring_start)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring starts");
+    return SSM_OK;
+}
+
+extern "C" void replay_cuda_destroy(replay_mode *r)
+{
+    if (!r->gpu)
+        return;
+    gpu_common_destroy(G(r), r->services);
+    r->services->release(r->services->core, r->gpu->ring_start);
+    r->services->release_host(r->services->core, r->gpu);
+    r->gpu = NULL;
+}
+
+/* Tile arguments over the checkpoints with the ring attached. */
+static tile_args ring_tile(replay_mode *r, int32_t rows, const int32_t *slots, int32_t layer)
+{
+    gpu_common &g = G(r);
+    tile_args a = tile_for(g, rows, slots, layer, r->checkpoints, 1);
+    a.ring = r->records;
+    a.ring_layer_stride = (int64_t)r->options.history * r->gpu->ring.bytes;
+    a.ring_slot_stride = a.ring_layer_stride * g.layers;
+    a.ring_layout = r->gpu->ring;
+    a.ring_n = r->cursors;
+    a.ring_start = r->gpu->ring_start;
+    a.ring_mask = r->options.history - 1;
+    a.history = r->options.history;
+    return a;
+}
+
+/* Folds every layer of the rows into their checkpoints and empties the rings. */
+static ssm_status fold_rows(replay_mode *r, int32_t rows, const int32_t *slots, void *stream)
+{
+    gpu_common &g = G(r);
+    tile_args a = ring_tile(r, rows, slots, -1);
+    a.history_mode = HISTORY_ALL;
+    a.store = STORE_FINAL;
+    ssm_status st = launch_tile(g, a, stream, r->services);
+    if (st != SSM_OK || rows == 0)
+        return st;
+    ring_clear_kernel<<<dim3(1, rows, g.layers), 32, 0, (cudaStream_t)stream>>>(
+        slots, g.capacity, g.layers, 0, r->cursors);
+    return launch_status(r->services, "ring clear kernel");
+}
+
+/* Prefill: the rows' histories folded, then every mode's in-place prefill
+ * on the checkpoint. */
+extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    tile_args fold = ring_tile(r, step->rows, step->slots, step->layer);
+    fold.history_mode = HISTORY_ALL;
+    fold.store = STORE_FINAL;
+    ssm_status st = launch_tile(g, fold, step->stream, r->services);
+    if (st != SSM_OK)
+        return st;
+    ring_clear_kernel<<<dim3(1, step->rows, 1), 32, 0, (cudaStream_t)step->stream>>>(
+        step->slots, g.capacity, g.layers, step->layer, r->cursors);
+    int32_t pieces = (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens;
+    for (int32_t p = 0; p < pieces && st == SSM_OK; p++) {
+        prep_args pa = prep_for(g, step, r->conv, false);
+        pa.piece = p * g.max_tokens;
+        st = launch_prep(g, pa, step->stream, r->services);
+        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, r->checkpoints, 1);
+        tile_step_tokens(ta, step);
+        ta.piece = pa.piece;
+        ta.store = STORE_FINAL;
+        if (st == SSM_OK)
+            st = launch_tile(g, ta, step->stream, r->services);
+    }
+    return st;
+}
+
+extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
+    prep_args pa = prep_for(g, step, r->conv, true);
+    pa.records = r->records;
+    pa.slot_stride = ta.ring_slot_stride;
+    pa.layer_stride = ta.ring_layer_stride;
+    pa.layout = r->gpu->ring;
+    pa.ring_n = r->cursors;
+    pa.ring_start = r->gpu->ring_start;
+    pa.ring_mask = ta.ring_mask;
+    pa.history = ta.history;
+    ssm_status st = launch_prep(g, pa, step->stream, r->services);
+    if (st != SSM_OK)
+        return st;
+    tile_step_tokens(ta, step);
+    ta.tok_in_ring = true;
+    if (r->options.outputs == REPLAY_OUTPUTS_EXACT) {
+        ta.history_mode = HISTORY_STEP;
+        ta.store = STORE_NONE;
+        return launch_tile(g, ta, step->stream, r->services);
+    }
+    return launch_identity(g, ta, step->stream, r->services);
+}
+
+extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    ssm_status st = replay_cuda_verify(r, step);
+    if (st != SSM_OK)
+        return st;
+    commit_args a = commit_for(g, step->rows, 1, step->slots, NULL, r->conv);
+    a.ring_n = r->cursors;
+    a.ring_start = r->gpu->ring_start;
+    a.ring_mask = r->options.history - 1;
+    a.history = r->options.history;
+    return launch_commit(g, a, step->layer, 1, step->stream, r->services);
+}
+
+extern "C" ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *c)
+{
+    gpu_common &g = G(r);
+    commit_args a = commit_for(g, c->rows, c->tokens, c->slots, c->accepted, r->conv);
+    a.ring_n = r->cursors;
+    a.ring_start = r->gpu->ring_start;
+    a.ring_mask = r->options.history - 1;
+    a.history = r->options.history;
+    return launch_commit(g, a, 0, g.layers, c->stream, r->services);
+}
+
+extern "C" ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stream)
+{
+    size_t layers = (size_t)r->params.model.layers;
+    size_t ring = (size_t)r->options.history * r->gpu->ring.bytes;
+    const ssm_services_v1 *s = r->services;
+    ssm_status st = gpu_zero(replay_checkpoint(r, slot, 0), layers * r->state_bytes, stream, s);
+    if (st == SSM_OK)
+        st = gpu_zero(replay_conv(r, slot, 0), layers * r->conv_bytes, stream, s);
+    if (st == SSM_OK)
+        st = gpu_zero(replay_records(r, slot, 0), layers * ring, stream, s);
+    if (st == SSM_OK)
+        st = gpu_zero(replay_cursor(r, slot, 0), layers * sizeof(int32_t), stream, s);
+    if (st == SSM_OK)
+        st = gpu_zero(r->gpu->ring_start + (size_t)slot * layers, layers * sizeof(int32_t), stream,
+                      s);
+    return st;
+}
+
+/* The materialized state of src's layers into dst[l]; src is not touched. */
+static ssm_status fold_into(replay_mode *r, int32_t src, void *const *dst, void *stream)
+{
+    gpu_common &g = G(r);
+    for (int32_t l = 0; l < g.layers; l++) {
+        tile_args a = ring_tile(r, 1, g.slot_table + src, l);
+        a.history_mode = HISTORY_ALL;
+        a.store = STORE_DST;
+        a.dst = dst[l];
+        ssm_status st = launch_tile(g, a, stream, r->services);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+extern "C" ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm_canonical_v1 *dst,
+                                         void *stream)
+{
+    ssm_status st = fold_into(r, slot, dst->state, stream);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(G(r), r->conv, slot, dst->conv, NULL, stream,
+                                           r->services);
+}
+
+extern "C" ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
+                                         void *stream)
+{
+    ssm_status st = replay_cuda_reset(r, slot, stream);
+    for (int32_t l = 0; l < r->params.model.layers && st == SSM_OK; l++)
+        st = gpu_copy(replay_checkpoint(r, slot, l), src->state[l], r->state_bytes, stream,
+                      r->services);
+    return st != SSM_OK ? st
+                        : gpu_copy_windows(G(r), r->conv, slot, NULL, src->conv, stream,
+                                           r->services);
+}
+
+extern "C" ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream)
+{
+    gpu_common &g = G(r);
+    ssm_status st = replay_cuda_reset(r, dst, stream);
+    size_t window = (size_t)(g.d.W - 1) * g.d.D * g.act_size;
+    for (int32_t l = 0; l < g.layers && st == SSM_OK; l++) {
+        tile_args a = ring_tile(r, 1, g.slot_table + src, l);
+        a.history_mode = HISTORY_ALL;
+        a.store = STORE_DST;
+        a.dst = replay_checkpoint(r, dst, l);
+        st = launch_tile(g, a, stream, r->services);
+        if (st == SSM_OK && window > 0)
+            st = gpu_copy(replay_conv(r, dst, l), replay_conv(r, src, l), window, stream,
+                          r->services);
+    }
+    return st;
+}
+
+extern "C" ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
+                                              void *stream)
+{
+    gpu_common &g = G(r);
+    for (int32_t i = 0; i < count; i++) {
+        if (slots[i] < 0)
+            continue;
+        ssm_status st = fold_rows(r, 1, g.slot_table + slots[i], stream);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
