@@ -1,12 +1,16 @@
 /* Scalar math of SPEC 2.2, shared by the CPU reference and every CUDA kernel
  * so that both evaluate the same operations in the same order. All fp32.
  *
- * Host and device agree bit for bit on everything built from IEEE-rounded
- * operations only (bf16 conversion, +, *, /, sqrtf: nvcc rounds division and
- * sqrtf correctly unless fast math is asked for, and contraction into FMA is
- * off on both sides: -ffp-contract=off, --fmad=false). Functions that call
- * expf or log1pf inherit the few-ulp differences between glibc and CUDA's
- * math library; SPEC 3.5 bounds CPU vs CUDA by tolerance for that reason. */
+ * Host and device agree bit for bit on everything here, because everything
+ * is built from IEEE-rounded operations only (bf16 conversion, +, -, *, /,
+ * sqrtf, floorf: nvcc rounds division and sqrtf correctly unless fast math is
+ * asked for, and contraction into FMA is off on both sides: -ffp-contract=off,
+ * --fmad=false). That includes the exponential and log1p: ssm_expf and
+ * ssm_log1pf below replace the libraries' expf and log1pf, which differ by a
+ * few ulps between glibc and CUDA. A one-ulp difference in SiLU is enough to
+ * flip the bf16 rounding of a conv output, and from there every later state;
+ * with one implementation, CPU and GPU see the same inputs to the recurrence
+ * and differ only in the order of its sums (SPEC 3.5). */
 #ifndef SSM_KERNELS_MATH_H
 #define SSM_KERNELS_MATH_H
 
@@ -66,31 +70,107 @@ SSM_HD float ssm_bf16_round(float f)
     return ssm_bf16_to_f32(ssm_f32_to_bf16(f));
 }
 
+/* e^x to within about 1 ulp, from IEEE operations only: x = n ln2 + r with
+ * n = round(x / ln2) and a two-part ln2 (Cody and Waite), e^r by its Taylor
+ * series to r^8 (|r| <= ln2/2, truncation below 2^-27), then the power of two
+ * put in as two exact multiplications so subnormal results round once.
+ * Overflow gives +Inf, underflow 0, NaN stays NaN. */
+SSM_HD float ssm_expf(float x)
+{
+    if (!(x == x))
+        return x + x;
+    if (x > 88.72283935546875f)
+        return ssm_f32_from_bits(0x7f800000u);
+    if (x < -103.97208404541015625f)
+        return 0.0f;
+    float n = floorf(x * 1.44269502162933349609375f + 0.5f);
+    float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+    float p = 2.4801587301587302e-05f;
+    p = p * r + 1.9841269841269841e-04f;
+    p = p * r + 1.3888888888888889e-03f;
+    p = p * r + 8.3333333333333332e-03f;
+    p = p * r + 4.1666666666666664e-02f;
+    p = p * r + 1.6666666666666666e-01f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* 2^n = 2^half * 2^(n - half), each factor a normal number. */
+    int32_t k = (int32_t)n;
+    int32_t half = k / 2;
+    float a = ssm_f32_from_bits((uint32_t)(half + 127) << 23);
+    float b = ssm_f32_from_bits((uint32_t)(k - half + 127) << 23);
+    return (p * a) * b;
+}
+
+/* log(y) for finite y > 0 (normal or subnormal): y = m 2^e with m in
+ * [sqrt(1/2), sqrt(2)), log m = 2 atanh(s), s = (m-1)/(m+1), |s| < 0.172, by
+ * its series to s^11. */
+SSM_HD float ssm_logf_positive(float y)
+{
+    int32_t e = 0;
+    if (y < 1.17549435e-38f) { /* subnormal: scale into the normal range */
+        y *= 16777216.0f;
+        e = -24;
+    }
+    uint32_t bits = ssm_f32_bits(y);
+    e += (int32_t)((bits >> 23) & 0xffu) - 127;
+    float m = ssm_f32_from_bits((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > 1.41421356f) {
+        m *= 0.5f;
+        e += 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f);
+    float s2 = s * s;
+    float p = 0.09090909090909091f;
+    p = p * s2 + 0.1111111111111111f;
+    p = p * s2 + 0.14285714285714285f;
+    p = p * s2 + 0.2f;
+    p = p * s2 + 0.3333333333333333f;
+    p = p * s2 + 1.0f;
+    float log_m = 2.0f * s * p;
+    float ef = (float)e;
+    return (ef * 1.428606765330187045e-06f + log_m) + ef * 0.693145751953125f;
+}
+
+/* log(1 + y) for y >= 0, accurate for small y as well: with u = 1 + y
+ * rounded, log(u) * y / (u - 1) cancels the rounding of u (Goldberg). */
+SSM_HD float ssm_log1pf(float y)
+{
+    if (!(y == y))
+        return y + y;
+    float u = 1.0f + y;
+    if (u == 1.0f)
+        return y;
+    if (u > 3.40282347e+38f)
+        return u;
+    return ssm_logf_positive(u) * (y / (u - 1.0f));
+}
+
 /* x * sigmoid(x), computed as x / (1 + e^-x): one rounding fewer than
  * multiplying by a separately rounded sigmoid. Very negative x gives -0. */
 SSM_HD float ssm_silu(float x)
 {
-    return x / (1.0f + expf(-x));
+    return x / (1.0f + ssm_expf(-x));
 }
 
 /* 1 / (1 + e^-x). */
 SSM_HD float ssm_sigmoid(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + ssm_expf(-x));
 }
 
 /* log(1 + e^x); x itself above 20, where the two differ by less than one
- * fp32 ulp and expf would head towards overflow. */
+ * fp32 ulp and the exponential would head towards overflow. */
 SSM_HD float ssm_softplus(float x)
 {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return x > 20.0f ? x : ssm_log1pf(ssm_expf(x));
 }
 
 /* GDN decay (natural log, <= 0): -(e^a_log * softplus(a + dt_bias)).
  * Op order: s = a + dt_bias; p = e^a_log * softplus(s); g = -p. */
 SSM_HD float ssm_gdn_gate(float a_log, float a, float dt_bias)
 {
-    return -(expf(a_log) * ssm_softplus(a + dt_bias));
+    return -(ssm_expf(a_log) * ssm_softplus(a + dt_bias));
 }
 
 /* KDA decay of one key channel. Without a lower bound it is the GDN form on
@@ -101,7 +181,7 @@ SSM_HD float ssm_kda_gate(float a_log, float f, float dt_bias, int has_lower_bou
 {
     if (!has_lower_bound)
         return ssm_gdn_gate(a_log, f, dt_bias);
-    return lower_bound * ssm_sigmoid(expf(a_log) * (f + dt_bias));
+    return lower_bound * ssm_sigmoid(ssm_expf(a_log) * (f + dt_bias));
 }
 
 /* The L2 normalization factor of a head vector: 1 / sqrt(sum x^2 + 1e-6).

@@ -168,12 +168,12 @@ void ssm_ref_head_update(int32_t k_dim, int32_t v_dim, int per_channel_gate, con
      * channel instead of one per element. */
     if (per_channel_gate) {
         for (int32_t j = 0; j < k_dim; j++) {
-            float decay = expf(g[j]);
+            float decay = ssm_expf(g[j]);
             for (int32_t i = 0; i < v_dim; i++)
                 S[(int64_t)i * k_dim + j] *= decay;
         }
     } else {
-        float decay = expf(g[0]);
+        float decay = ssm_expf(g[0]);
         for (int64_t e = 0; e < (int64_t)v_dim * k_dim; e++)
             S[e] *= decay;
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/layout.h"
+#include "kernels/math.h"
 #include "kernels/replay.h"
 
 static size_t align16(size_t n)
@@ -158,10 +159,10 @@ static float pair_weight(const replay_view *w, int32_t h, int32_t i, const float
     const float *ki = record_key(w, i, h / w->group);
     gate_sum Gi = record_gate(w, i, h);
     if (!w->kda)
-        return expf(gate_gap(Gp, Gi, 0)) * dot(w->m->key_dim, ki, x);
+        return ssm_expf(gate_gap(Gp, Gi, 0)) * dot(w->m->key_dim, ki, x);
     float acc = 0.0f;
     for (int32_t k = 0; k < w->m->key_dim; k++)
-        acc += ki[k] * expf(gate_gap(Gp, Gi, k)) * x[k];
+        acc += ki[k] * ssm_expf(gate_gap(Gp, Gi, k)) * x[k];
     return acc;
 }
 
@@ -273,12 +274,12 @@ static void recurrent_head(const replay_view *w, int32_t h, int32_t p, const ssm
     gate_sum Gp = record_gate(w, p, h);
     token_terms terms = {2, 0, 1, 1.0f, s->key_weights, s->query_weights};
     for (int32_t k = 0; k < K; k++) {
-        float decay = w->kda ? expf(gate_total(Gp, k)) : 1.0f;
+        float decay = w->kda ? ssm_expf(gate_total(Gp, k)) : 1.0f;
         s->vectors[k] = w->kda ? decay * kp[k] : kp[k];
         s->vectors[K + k] = w->kda ? decay * qp[k] : qp[k];
     }
     if (!w->kda)
-        terms.scale = expf(gate_total(Gp, 0));
+        terms.scale = ssm_expf(gate_total(Gp, 0));
     checkpoint_dots(w, h, 2, s->vectors, s->row, s->dots);
     for (int32_t i = 0; i <= p; i++) {
         if (i < p)
@@ -324,10 +325,10 @@ static void matrix_head(const replay_view *w, int32_t h, int32_t first, int32_t 
     for (int32_t t = 0; t < tokens; t++) {
         int32_t p = first + t;
         gate_sum Gp = record_gate(w, p, h);
-        token_terms terms = {2 * tokens, t, tokens + t, expf(gate_total(Gp, 0)), s->key_weights,
+        token_terms terms = {2 * tokens, t, tokens + t, ssm_expf(gate_total(Gp, 0)), s->key_weights,
                              s->query_weights};
         for (int32_t i = 0; i <= p; i++) {
-            float decay = expf(gate_gap(Gp, record_gate(w, i, h), 0));
+            float decay = ssm_expf(gate_gap(Gp, record_gate(w, i, h), 0));
             if (i < p)
                 s->key_weights[i] = decay * s->key_dots[(int64_t)t * records + i];
             s->query_weights[i] = decay * s->query_dots[(int64_t)t * records + i];

@@ -71,6 +71,7 @@ int main(int argc, char **argv)
         {"plugins", cmd_plugins},
         {"check", cmd_check},
         {"run", cmd_run},
+        {"bench", cmd_bench},
     };
 
     if (argc < 2) {

@@ -2,8 +2,8 @@
  * buffer keeps the first a staged inputs (its window becomes the last W-1
  * rows of [window; staged[0..a)], as kernels/conv_buffer.h does on the CPU),
  * and the mode's per-slot index moves: native's current snapshot becomes
- * a-1, replay's cursor advances by a (after a fold, which the verify did when
- * n + 2T > L, the ring restarts after the folded records). Accepted lengths
+ * a-1, replay's cursor advances by a (after a fold, which the step did when
+ * ring_folds() said so, the ring restarts after the folded records). Accepted lengths
  * live in device memory and are checked here: a row outside [1, T] is
  * skipped and its slot flagged SSM_FLAG_BAD_ACCEPTED. accepted == NULL
  * means 1 for every row (a decode's implicit commit). */
@@ -16,7 +16,7 @@ namespace ssm {
 
 struct commit_args {
     dims d;
-    int32_t rows, layers, layer_first, capacity, tokens;
+    int32_t rows, layers, layer_first, capacity, tokens, max_tokens;
     const int32_t *slots;
     const int32_t *accepted;
     void *conv;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
     if (a.ring_n) {
         int64_t cell = (int64_t)slot * a.layers + layer;
         int32_t used = a.ring_n[cell];
-        if (ring_folds(used, a.tokens, a.history)) {
+        if (ring_folds(used, a.tokens, a.max_tokens, a.history)) {
             a.ring_start[cell] = (a.ring_start[cell] + used) & a.ring_mask;
             a.ring_n[cell] = accepted;
         } else {

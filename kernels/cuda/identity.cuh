@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
         a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)layer * a.ring_layer_stride;
     const record_layout &lay = a.ring_layout;
     int32_t kept = used, first = start; /* the history the outputs see */
-    if (ring_folds(used, T, a.history)) {
+    if (ring_folds(used, T, a.max_tokens, a.history)) {
         apply_records<KPL, float, Act>(t, a, ring, lay, start, used, a.ring_mask, h);
         tile_store(t, d, checkpoint);
         kept = 0;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
                     float si, ei, sp, ep;
                     gate_of(record, lay, d, h, c, si, ei);
                     gate_of(token, lay, d, h, c, sp, ep);
-                    float w = expf((sp - si) + (ep - ei)) * ki[j];
+                    float w = ssm_expf((sp - si) + (ep - ei)) * ki[j];
                     dk += w * kp[p * d.K + c];
                     dq += w * qp[p * d.K + c];
                 }
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
                 float si, ei, sp, ep;
                 gate_of(record, lay, d, h, 0, si, ei);
                 gate_of(token, lay, d, h, 0, sp, ep);
-                float decay = expf((sp - si) + (ep - ei));
+                float decay = ssm_expf((sp - si) + (ep - ei));
                 dk = decay * warp_sum(dk);
                 dq = decay * warp_sum(dq);
             }
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
             sq[i] = 0.0f;
             for (int j = 0; j < KPL; j++) {
                 int32_t c = lane * KPL + j;
-                float decay = expf(gp[p * gates + (d.kda ? c : 0)]);
+                float decay = ssm_expf(gp[p * gates + (d.kda ? c : 0)]);
                 float kd = d.kda ? decay * kp[p * d.K + c] : kp[p * d.K + c];
                 float qd = d.kda ? decay * qp[p * d.K + c] : qp[p * d.K + c];
                 sk[i] += t.s[i][j] * kd;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
             }
         }
         float beta = ((const float *)(token + lay.beta))[h];
-        float decay0 = d.kda ? 1.0f : expf(gp[p * gates]);
+        float decay0 = d.kda ? 1.0f : ssm_expf(gp[p * gates]);
         float o[SSM_ROWS_PER_WARP];
         for (int i = 0; i < SSM_ROWS_PER_WARP; i++) {
             int32_t row = t.row0 + i;

@@ -268,6 +268,7 @@ inline commit_args commit_for(const gpu_common &g, int32_t rows, int32_t tokens,
     a.layers = g.layers;
     a.capacity = g.capacity;
     a.tokens = tokens;
+    a.max_tokens = g.max_tokens;
     a.slots = slots;
     a.accepted = accepted;
     a.conv = conv;

@@ -61,12 +61,16 @@ __device__ __forceinline__ int64_t input_token(const prep_args &a, int32_t r, in
                            : (int64_t)r * a.tokens + t;
 }
 
-/* A replay ring folds before a step when n + 2T > L (SPEC 3.4); the fold
- * happens inside the step's recurrence kernel, and new records then start a
- * fresh gate sum. */
-__device__ __forceinline__ bool ring_folds(int32_t n, int32_t tokens, int32_t history)
+/* Whether a replay step of T tokens folds first. The fold happens inside
+ * the step's recurrence kernel, after this step's records were appended, so
+ * they must land past the history they are folded from: the ring keeps
+ * n <= L - T_max at every step (n + T + T_max > L folds, the SPEC 3.4 rule
+ * n + 2T > L for full-width verifies; a decode folds at n = L - T_max).
+ * After a fold the new records start a fresh gate sum. */
+__device__ __forceinline__ bool ring_folds(int32_t n, int32_t tokens, int32_t max_tokens,
+                                           int32_t history)
 {
-    return n + 2 * tokens > history;
+    return n + tokens + max_tokens > history;
 }
 
 template <class Act>
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) prep_kernel(prep_args a)
         int32_t used = a.ring_n[cell], start = a.ring_start[cell];
         for (int32_t t = 0; t < n; t++)
             record[t] = base + (int64_t)((start + used + t) & a.ring_mask) * a.layout.bytes;
-        if (used > 0 && !ring_folds(used, a.tokens, a.history))
+        if (used > 0 && !ring_folds(used, a.tokens, a.max_tokens, a.history))
             previous = base + (int64_t)((start + used - 1) & a.ring_mask) * a.layout.bytes;
     } else {
         for (int32_t t = 0; t < n; t++)

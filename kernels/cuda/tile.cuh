@@ -159,9 +159,9 @@ __device__ void token_load(token_regs<KPL> &tk, const dims &d, const record_layo
     if (d.kda) {
 #pragma unroll
         for (int j = 0; j < KPL; j++)
-            tk.decay[j] = expf(g[(int64_t)h * d.K + lane * KPL + j]);
+            tk.decay[j] = ssm_expf(g[(int64_t)h * d.K + lane * KPL + j]);
     } else {
-        tk.decay[0] = expf(g[h]);
+        tk.decay[0] = ssm_expf(g[h]);
     }
     tk.beta = ((const float *)(record + lay.beta))[h];
     const Act *v = (const Act *)(record + lay.v) + (int64_t)h * d.V;
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) tile_kernel(tile_args a)
         used = a.ring_n[cell];
         start = a.ring_start[cell];
         apply_records<KPL, State, Act>(t, a, ring, a.ring_layout, start, used, a.ring_mask, h);
-        if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.history))
+        if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
 
