@@ -120,10 +120,6 @@ int32_t bench_fold_period(int32_t history, int32_t tokens, int32_t accepted);
 
 /* -------------------------------------------------------- fla's timings */
 
-/* fla's decode to compare with: the serving-engine kernel, state updated
- * in place in a pool indexed by request (bench/fla_bench.py's variants). */
-#define BENCH_FLA_DECODE_VARIANT "cb_inplace"
-
 /* One timing of bench/fla_bench.py. */
 typedef struct bench_fla_entry {
     ssm_model_kind model;
@@ -147,8 +143,8 @@ typedef struct bench_fla {
 int bench_fla_load(const char *path, bench_fla *out, char *error, size_t len);
 void bench_fla_free(bench_fla *fla);
 
-/* fla's timing for (model, state dtype, batch, tokens), preferring
- * BENCH_FLA_DECODE_VARIANT; NULL when there is none. */
+/* fla's fastest timing for (model, state dtype, batch, tokens) over its
+ * variants (the strongest peer); NULL when there is none. */
 const bench_fla_entry *bench_fla_find(const bench_fla *fla, ssm_model_kind model,
                                       ssm_dtype state_dtype, int32_t batch, int32_t tokens);
 

@@ -65,11 +65,14 @@ __device__ __forceinline__ bool slot_is_live(int32_t slot, int32_t capacity, uin
     return true;
 }
 
-/* Byte offsets inside one token record (kernels/record.h's layout, shared
- * with the CPU): k [H][K] act | v [HV][V] act | g [GW] f32 | beta [HV] f32,
- * and for replay records u [HV][V] f32 | G sum [GW] | G error [GW]. */
+/* Byte offsets inside one GPU token record: what the one-token update
+ * consumes, prepared once by the prologue (prep.cuh) so no recurrence warp
+ * repeats it: k [H][K] f32 normalized | v [HV][V] act | decay e^g [GW] f32 |
+ * beta [HV] f32, and for replay records u [HV][V] f32 | G sum [GW] |
+ * G error [GW]. (The CPU keeps the raw k in the activation dtype and g,
+ * kernels/record.h; the two never meet: pages carry materialized states.) */
 struct record_layout {
-    int64_t k, v, g, beta, u, gate_sum, gate_error;
+    int64_t k, v, decay, beta, u, gate_sum, gate_error;
     int64_t bytes; /* one record (raw or replay) */
 };
 
@@ -80,9 +83,9 @@ inline record_layout make_record_layout(const ssm_model_dims &m, size_t act_size
     int64_t gw = m.kind == SSM_MODEL_KDA ? (int64_t)m.value_heads * m.key_dim : m.value_heads;
     record_layout r;
     r.k = 0;
-    r.v = align16((int64_t)m.heads * m.key_dim * (int64_t)act_size);
-    r.g = r.v + align16((int64_t)m.value_heads * m.value_dim * (int64_t)act_size);
-    r.beta = r.g + align16(gw * 4);
+    r.v = align16((int64_t)m.heads * m.key_dim * 4);
+    r.decay = r.v + align16((int64_t)m.value_heads * m.value_dim * (int64_t)act_size);
+    r.beta = r.decay + align16(gw * 4);
     int64_t raw = r.beta + align16((int64_t)m.value_heads * 4);
     r.u = raw;
     r.gate_sum = r.u + align16((int64_t)m.value_heads * m.value_dim * 4);
@@ -97,6 +100,7 @@ struct dims {
     bool kda;
     bool has_lower_bound;
     float lower_bound;
+    float query_scale; /* ssm_query_scale(K), computed on the host: the same bits */
 };
 
 inline dims make_dims(const ssm_model_dims &m)
@@ -113,6 +117,7 @@ inline dims make_dims(const ssm_model_dims &m)
     d.group = m.value_heads / m.heads;
     d.has_lower_bound = m.has_lower_bound != 0;
     d.lower_bound = m.lower_bound;
+    d.query_scale = ssm_query_scale(m.key_dim);
     return d;
 }
 

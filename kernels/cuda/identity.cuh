@@ -27,7 +27,7 @@ __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t
     return sizeof(float) * ((size_t)2 * records * tokens      /* w^k, w^q */
                             + (size_t)2 * tokens * K          /* k_p, q_p */
                             + (size_t)tokens * gate           /* G_p (sum + error) */
-                            + (size_t)tokens * SSM_TILE_ROWS); /* u_p of the tile rows */
+                            + (size_t)records * SSM_TILE_ROWS); /* u_i of the tile rows */
 }
 
 /* G of record `record` for value head h, channel c (0 for GDN), as sum and error. */
@@ -79,19 +79,26 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
     const int32_t gates = d.kda ? d.K : 1;
     float *wk = shared, *wq = wk + M * T;
     float *kp = wq + M * T, *qp = kp + T * d.K;
-    float *gp = qp + T * d.K, *up = gp + T * gates;
+    float *gp = qp + T * d.K, *up = gp + T * gates; /* up: u_i, row r at [i * TILE_ROWS + r] */
     const int32_t key_head = h / d.group;
+
+    /* The history's u for this tile's rows, one coalesced row of 32 per record. */
+    for (int32_t i = warp; i < kept; i += SSM_TILE_WARPS) {
+        int32_t row = tile * SSM_TILE_ROWS + lane;
+        if (lane < SSM_TILE_ROWS && row < d.V)
+            up[i * SSM_TILE_ROWS + lane] =
+                ((const float *)(record_at(i) + lay.u))[(int64_t)h * d.V + row];
+    }
 
     /* The new tokens' normalized k and q, and G_p = sum + error. */
     for (int32_t p = warp; p < T; p += SSM_TILE_WARPS) {
         const uint8_t *record = record_at(kept + p);
         float x[KPL];
-        load_normalized<KPL>((const Act *)(record + lay.k) + (int64_t)key_head * d.K, lane, 1.0f,
-                             x);
+        load_row<KPL>((const float *)(record + lay.k) + (int64_t)key_head * d.K + lane * KPL, x);
         for (int j = 0; j < KPL; j++)
             kp[p * d.K + lane * KPL + j] = x[j];
-        const Act *q = (const Act *)a.q + ((int64_t)slot * a.max_tokens + p) * d.H * d.K;
-        load_normalized<KPL>(q + (int64_t)key_head * d.K, lane, ssm_query_scale(d.K), x);
+        const float *q = a.q + ((int64_t)slot * a.max_tokens + p) * d.H * d.K;
+        load_row<KPL>(q + (int64_t)key_head * d.K + lane * KPL, x);
         for (int j = 0; j < KPL; j++)
             qp[p * d.K + lane * KPL + j] = x[j];
         for (int32_t c = lane; c < gates; c += 32) {
@@ -106,8 +113,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
     for (int32_t i = warp; i < M; i += SSM_TILE_WARPS) {
         const uint8_t *record = record_at(i);
         float ki[KPL];
-        load_normalized<KPL>((const Act *)(record + lay.k) + (int64_t)key_head * d.K, lane, 1.0f,
-                             ki);
+        load_row<KPL>((const float *)(record + lay.k) + (int64_t)key_head * d.K + lane * KPL, ki);
         for (int32_t p = (i > kept ? i - kept : 0); p < T; p++) {
             const uint8_t *token = record_at(kept + p);
             float dk = 0.0f, dq = 0.0f;
@@ -143,8 +149,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
     }
     __syncthreads();
 
-    /* Each warp's rows, token by token. */
-    float *u_tile = up + warp * SSM_ROWS_PER_WARP; /* u of token p, row i: [p * TILE_ROWS + i] */
+    /* Each warp's rows, token by token; u of record m, row i at u_tile[m * TILE_ROWS + i]. */
+    float *u_tile = up + warp * SSM_ROWS_PER_WARP;
     for (int32_t p = 0; p < T; p++) {
         const uint8_t *token = record_at(kept + p);
         float sk[SSM_ROWS_PER_WARP], sq[SSM_ROWS_PER_WARP];
@@ -156,8 +162,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
                 float decay = ssm_expf(gp[p * gates + (d.kda ? c : 0)]);
                 float kd = d.kda ? decay * kp[p * d.K + c] : kp[p * d.K + c];
                 float qd = d.kda ? decay * qp[p * d.K + c] : qp[p * d.K + c];
-                sk[i] += t.s[i][j] * kd;
-                sq[i] += t.s[i][j] * qd;
+                sk[i] = fmaf(t.s[i][j], kd, sk[i]);
+                sq[i] = fmaf(t.s[i][j], qd, sq[i]);
             }
         }
         float beta = ((const float *)(token + lay.beta))[h];
@@ -171,17 +177,16 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) identity_kernel(tile_args
                 continue;
             }
             for (int32_t m = 0; m < kept + p; m++) {
-                float u = m < kept ? ((const float *)(record_at(m) + lay.u))[(int64_t)h * d.V + row]
-                                   : u_tile[(m - kept) * SSM_TILE_ROWS + i];
-                rk += wk[m * T + p] * u;
-                oq += wq[m * T + p] * u;
+                float u = u_tile[m * SSM_TILE_ROWS + i];
+                rk = fmaf(wk[m * T + p], u, rk);
+                oq = fmaf(wq[m * T + p], u, oq);
             }
             float v = load((const Act *)(token + lay.v) + (int64_t)h * d.V + row);
             float u = beta * (v - rk);
-            oq += wq[(kept + p) * T + p] * u;
+            oq = fmaf(wq[(kept + p) * T + p], u, oq);
             o[i] = oq;
             if (lane == 0)
-                u_tile[p * SSM_TILE_ROWS + i] = u;
+                u_tile[(kept + p) * SSM_TILE_ROWS + i] = u;
             if (lane == i)
                 ((float *)(token + lay.u))[(int64_t)h * d.V + row] = u;
         }

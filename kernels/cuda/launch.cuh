@@ -38,7 +38,7 @@ struct gpu_common {
     size_t act_size, state_size;
     int64_t state_elems;  /* one layer: HV * V * K */
     uint8_t *tokens;      /* [capacity][max_tokens] records (prefill, decode, native verify) */
-    void *q;              /* [capacity][max_tokens][H][K] act */
+    float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
 };
@@ -47,7 +47,7 @@ struct gpu_common {
 inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
-    size_t q = (size_t)p->model.heads * p->model.key_dim * ssm_dtype_size(p->activation_dtype);
+    size_t q = (size_t)p->model.heads * p->model.key_dim * sizeof(float);
     return (size_t)p->max_tokens * ((size_t)raw.bytes + q);
 }
 
@@ -71,7 +71,7 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
                   : NULL;
     size_t slots = (size_t)p->capacity * p->max_tokens;
     g.tokens = (uint8_t *)s->alloc(s->core, slots * (size_t)g.raw.bytes);
-    g.q = s->alloc(s->core, slots * (size_t)p->model.heads * p->model.key_dim * g.act_size);
+    g.q = (float *)s->alloc(s->core, slots * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
     g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
     int32_t *host = (int32_t *)s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
     if (!g.tokens || !g.q || !g.slot_table || !host) {

@@ -1,15 +1,20 @@
-/* The prologue of every step on the GPU: per row and token, the short conv
- * (SPEC 2.2 step 1) over the slot's conv buffer, and the gates (step 3).
- * It writes one token record per token (kernels/record.h's layout: post-conv
- * k and v in the activation dtype, g and beta in fp32) and the post-conv q
- * to a per-slot q buffer; the recurrence kernels normalize q and k from
- * those with one function (tile.cuh), so every mode consumes identical bits.
+/* The prologue of every step on the GPU: per row and token, SPEC 2.2 steps
+ * 1 to 3 done once, so that no recurrence warp repeats them: the short conv
+ * over the slot's conv buffer (output rounded to the activation dtype), the
+ * L2 normalization of q and k per head (q also scaled by K^-0.5), and the
+ * gates. It writes one token record per token (device.cuh's layout: k
+ * normalized in fp32, v in the activation dtype, the decay e^g and beta in
+ * fp32) and the normalized q to a per-slot q buffer. Every mode's recurrence
+ * reads these same bits, which is half of why modes agree bit for bit.
  *
  * One thread per conv channel does all the row's tokens in order, so the
- * conv buffer needs no synchronization: verify stages its inputs in the
- * buffer's tail (commit shifts them in, conv_commit.cuh); decode and prefill
- * advance the window in place. Replay records also get the running gate sum
- * G with Knuth's two-sum error term, as kernels/replay.c computes it. */
+ * conv buffer needs no other synchronization: verify stages its inputs in
+ * the buffer's tail (commit shifts them in, commit.cuh); decode and prefill
+ * advance the window in place. A block of SSM_PREP_THREADS channels holds
+ * whole heads (K divides it), so the per-head sums of squares are a warp
+ * sum plus a fixed-order sum over the head's warps. Replay records also get
+ * the running gate sum G with Knuth's two-sum error term, as
+ * kernels/replay.c computes it. */
 #ifndef SSM_KERNELS_CUDA_PREP_CUH
 #define SSM_KERNELS_CUDA_PREP_CUH
 
@@ -18,7 +23,7 @@
 namespace ssm {
 
 #define SSM_PREP_THREADS 256
-#define SSM_PREP_MAX_ROWS 32 /* W - 1 + T: SSM_MAX_CONV_WIDTH - 1 + 1 + SSM_MAX_DRAFT_TOKENS */
+#define SSM_MAX_WIDTH 16 /* the config's largest conv width (core/config_limits.h) */
 
 struct prep_args {
     dims d;
@@ -41,7 +46,7 @@ struct prep_args {
     record_layout layout;
     const int32_t *ring_n, *ring_start;
     int32_t ring_mask, history;
-    void *q; /* [capacity][max_tokens][H][K] act */
+    float *q; /* [capacity][max_tokens][H][K]: normalized and scaled */
     uint32_t *flags;
 };
 
@@ -73,70 +78,139 @@ __device__ __forceinline__ bool ring_folds(int32_t n, int32_t tokens, int32_t ma
     return n + tokens + max_tokens > history;
 }
 
+/* Where a row's records go: record t at base + index(t) * bytes. */
+struct record_place {
+    uint8_t *base;
+    int64_t bytes;
+    int32_t first, mask; /* index(t) = (first + t) & mask */
+    const uint8_t *previous; /* replay: the record whose G the new ones continue, or NULL */
+
+    __device__ uint8_t *at(int32_t t) const
+    {
+        return base + (int64_t)((first + t) & mask) * bytes;
+    }
+};
+
+__device__ inline record_place place_of(const prep_args &a, int32_t slot)
+{
+    record_place p;
+    p.base = a.records + (int64_t)slot * a.slot_stride + (int64_t)a.layer * a.layer_stride;
+    p.bytes = a.layout.bytes;
+    p.first = 0;
+    p.mask = 0x7fffffff;
+    p.previous = NULL;
+    if (a.ring_n) {
+        int64_t cell = (int64_t)slot * a.layers + a.layer;
+        int32_t used = a.ring_n[cell], start = a.ring_start[cell];
+        p.first = start + used;
+        p.mask = a.ring_mask;
+        if (used > 0 && !ring_folds(used, a.tokens, a.max_tokens, a.history))
+            p.previous = p.base + (int64_t)((start + used - 1) & a.ring_mask) * p.bytes;
+    }
+    return p;
+}
+
+/* The conv of channel c for the row's n tokens, and the normalization of
+ * its head. Every thread of the block runs the token loop (it holds block
+ * barriers); channels past D only take part in them. */
 template <class Act>
-__device__ void prep_conv_channel(const prep_args &a, int32_t slot, int32_t r, int32_t n,
-                                  int32_t c, uint8_t *const *record)
+__device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t c,
+                          const record_place &place, float *partials)
 {
     const dims &d = a.d;
+    const int32_t qk = d.H * d.K, keep = d.W - 1;
+    const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    float in[SSM_PREP_MAX_ROWS];
-    int32_t keep = d.W - 1;
+    /* The window and the weights in registers (indices known at compile time). */
+    float window[SSM_MAX_WIDTH], weight[SSM_MAX_WIDTH];
+    float bias = live && a.conv_bias ? a.conv_bias[c] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < SSM_MAX_WIDTH; i++) {
+        window[i] = live && i < keep ? load(buffer + (int64_t)i * d.D + c) : 0.0f;
+        weight[i] = live && i < d.W ? a.conv_weight[(int64_t)c * d.W + i] : 0.0f;
+    }
     bool finite = true;
-    for (int32_t i = 0; i < keep; i++)
-        in[i] = load(buffer + (int64_t)i * d.D + c);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warps_per_head = d.K >> 5;
     for (int32_t t = 0; t < n; t++) {
-        in[keep + t] = load(x + input_token(a, r, t) * d.D + c);
-        finite = finite && isfinite(in[keep + t]);
+        float in = live ? load(x + input_token(a, r, t) * d.D + c) : 0.0f;
+        finite = finite && isfinite(in);
+        /* Bias first, then taps oldest to newest: the reference's order. */
+        float acc = bias;
+#pragma unroll
+        for (int i = 0; i < SSM_MAX_WIDTH; i++)
+            if (i < d.W)
+                acc += weight[i] * (i < keep ? window[i] : in);
+        float value = round_to((const Act *)0, ssm_silu(acc));
+        if (live && a.stage)
+            store(buffer + (int64_t)(keep + t) * d.D + c, in);
+#pragma unroll
+        for (int i = 0; i < SSM_MAX_WIDTH - 1; i++)
+            if (i < keep - 1)
+                window[i] = window[i + 1];
+#pragma unroll
+        for (int i = 0; i < SSM_MAX_WIDTH; i++)
+            if (i == keep - 1)
+                window[i] = in;
+        /* Sum of squares of the head: warp sums, then the head's warps in order. */
+        bool normalized = c < 2 * qk; /* q and k; the block never splits a head */
+        float squares = warp_sum(normalized && live ? value * value : 0.0f);
+        if (lane == 0)
+            partials[warp] = squares;
+        __syncthreads();
+        if (live) {
+            uint8_t *record = place.at(t);
+            if (normalized) {
+                int first = warp - warp % warps_per_head;
+                float sum = 0.0f;
+                for (int w = 0; w < warps_per_head; w++)
+                    sum += partials[first + w];
+                float inv = ssm_l2_inv(sum);
+                if (c < qk)
+                    a.q[((int64_t)slot * a.max_tokens + t) * qk + c] = (value * inv) * d.query_scale;
+                else
+                    ((float *)(record + a.layout.k))[c - qk] = (value * inv) * 1.0f;
+            } else {
+                store((Act *)(record + a.layout.v) + (c - 2 * qk), value);
+            }
+        }
+        __syncthreads();
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
-    int32_t qk = d.H * d.K;
-    for (int32_t t = 0; t < n; t++) {
-        /* Bias first, then taps oldest to newest: the reference's order. */
-        float acc = a.conv_bias ? a.conv_bias[c] : 0.0f;
-        for (int32_t i = 0; i < d.W; i++)
-            acc += a.conv_weight[(int64_t)c * d.W + i] * in[t + i];
-        float out = ssm_silu(acc);
-        if (c < qk)
-            store((Act *)a.q + ((int64_t)slot * a.max_tokens + t) * qk + c, out);
-        else if (c < 2 * qk)
-            store((Act *)(record[t] + a.layout.k) + (c - qk), out);
-        else
-            store((Act *)(record[t] + a.layout.v) + (c - 2 * qk), out);
-    }
-    if (a.stage) {
-        for (int32_t t = 0; t < n; t++)
-            store(buffer + (int64_t)(keep + t) * d.D + c, in[keep + t]);
-    } else if (n > 0) {
-        for (int32_t i = 0; i < keep; i++)
-            store(buffer + (int64_t)i * d.D + c, in[n + i]);
+    if (live && !a.stage && n > 0) {
+#pragma unroll
+        for (int i = 0; i < SSM_MAX_WIDTH; i++)
+            if (i < keep)
+                store(buffer + (int64_t)i * d.D + c, window[i]);
     }
 }
 
 template <class Act>
 __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t e,
-                          uint8_t *const *record, const uint8_t *previous)
+                          const record_place &place)
 {
     const dims &d = a.d;
     int32_t h = d.kda ? e / d.K : e;
     const Act *gate = (const Act *)a.gate;
     float sum = 0.0f, error = 0.0f;
-    if (previous) {
-        sum = ((const float *)(previous + a.layout.gate_sum))[e];
-        error = ((const float *)(previous + a.layout.gate_error))[e];
+    if (place.previous) {
+        sum = ((const float *)(place.previous + a.layout.gate_sum))[e];
+        error = ((const float *)(place.previous + a.layout.gate_error))[e];
     }
     bool finite = true;
     for (int32_t t = 0; t < n; t++) {
+        uint8_t *record = place.at(t);
         float in = load(gate + input_token(a, r, t) * d.GW + e);
         finite = finite && isfinite(in);
         float g = d.kda ? ssm_kda_gate(a.a_log[h], in, a.dt_bias[e], d.has_lower_bound,
                                        d.lower_bound)
                         : ssm_gdn_gate(a.a_log[h], in, a.dt_bias[h]);
-        ((float *)(record[t] + a.layout.g))[e] = g;
+        ((float *)(record + a.layout.decay))[e] = ssm_expf(g);
         if (!a.ring_n)
             continue;
-        if (t == 0 && !previous) {
+        if (t == 0 && !place.previous) {
             sum = g;
             error = 0.0f;
         } else {
@@ -146,8 +220,8 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n
             sum = next;
             error = error + rounding;
         }
-        ((float *)(record[t] + a.layout.gate_sum))[e] = sum;
-        ((float *)(record[t] + a.layout.gate_error))[e] = error;
+        ((float *)(record + a.layout.gate_sum))[e] = sum;
+        ((float *)(record + a.layout.gate_error))[e] = error;
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
@@ -155,14 +229,14 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n
 
 template <class Act>
 __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t h,
-                          uint8_t *const *record)
+                          const record_place &place)
 {
     const Act *beta = (const Act *)a.beta;
     bool finite = true;
     for (int32_t t = 0; t < n; t++) {
         float in = load(beta + input_token(a, r, t) * a.d.HV + h);
         finite = finite && isfinite(in);
-        ((float *)(record[t] + a.layout.beta))[h] = ssm_sigmoid(in);
+        ((float *)(place.at(t) + a.layout.beta))[h] = ssm_sigmoid(in);
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
@@ -172,34 +246,22 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n
 template <class Act>
 __global__ void __launch_bounds__(SSM_PREP_THREADS) prep_kernel(prep_args a)
 {
+    __shared__ float partials[SSM_PREP_THREADS / 32];
     int32_t r = blockIdx.y;
     int32_t slot = a.slots[r];
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (!slot_is_live(slot, a.capacity, a.flags, e == 0))
-        return;
+        return; /* the whole block: slot and n are the row's */
     int32_t n = row_tokens(a, r);
     if (n == 0)
         return;
-    uint8_t *base = a.records + (int64_t)slot * a.slot_stride + (int64_t)a.layer * a.layer_stride;
-    uint8_t *record[SSM_PREP_MAX_ROWS];
-    const uint8_t *previous = NULL;
-    if (a.ring_n) {
-        int64_t cell = (int64_t)slot * a.layers + a.layer;
-        int32_t used = a.ring_n[cell], start = a.ring_start[cell];
-        for (int32_t t = 0; t < n; t++)
-            record[t] = base + (int64_t)((start + used + t) & a.ring_mask) * a.layout.bytes;
-        if (used > 0 && !ring_folds(used, a.tokens, a.max_tokens, a.history))
-            previous = base + (int64_t)((start + used - 1) & a.ring_mask) * a.layout.bytes;
-    } else {
-        for (int32_t t = 0; t < n; t++)
-            record[t] = base + (int64_t)t * a.layout.bytes;
-    }
-    if (e < a.d.D)
-        prep_conv_channel<Act>(a, slot, r, n, e, record);
+    record_place place = place_of(a, slot);
+    if ((int64_t)blockIdx.x * blockDim.x < a.d.D)
+        prep_conv<Act>(a, slot, r, n, e, place, partials);
     if (e < a.d.GW)
-        prep_gate<Act>(a, slot, r, n, e, record, previous);
+        prep_gate<Act>(a, slot, r, n, e, place);
     if (e < a.d.HV)
-        prep_beta<Act>(a, slot, r, n, e, record);
+        prep_beta<Act>(a, slot, r, n, e, place);
 }
 
 } /* namespace ssm */

@@ -3,9 +3,14 @@
  *
  * A block owns a tile of TILE_ROWS value rows of one value head of one
  * (slot, layer): 4 warps of ROWS_PER_WARP rows; lane l holds key channels
- * [l * KPL, (l + 1) * KPL) of each row in registers (K = 32 * KPL). Per
- * token: decay, recall (warp sum), delta, output (warp sum) from the fp32
- * state, then rounding to the state dtype. Native's verify and decode,
+ * [l * KPL, (l + 1) * KPL) of each row in registers (K = 32 * KPL). A warp
+ * issues all its rows' loads at once (8 x 512 bytes for an fp32 head of
+ * K = 128), which is what keeps enough bytes in flight to stream the state
+ * at copy speed. Per token: decay, recall (warp sum), delta, output (warp
+ * sum) from the fp32 state, then rounding to the state dtype. The products
+ * accumulate through fmaf: one rounding per term, the same on every mode's
+ * path (the CPU reference rounds twice; SPEC 3.5 compares CPU and GPU by
+ * tolerance for that reason). Native's verify and decode,
  * compact's verify and commit, replay's folds and its exact outputs all call
  * tile_token() with this layout, so they produce the same bits (SPEC 3.5).
  *
@@ -125,44 +130,23 @@ template <int KPL> struct token_regs {
     float v[SSM_ROWS_PER_WARP];
 };
 
-/* x[KPL] := this lane's channels of a head vector, normalized with the
- * reference's formula (kernels/math.h) and multiplied by `scale`. */
+/* Token inputs for value head h from a record, as the prologue prepared
+ * them (k normalized, the decay e^g), and the normalized, scaled q from the
+ * q buffer when the token has an output (q_head == NULL skips it). */
 template <int KPL, class Act>
-__device__ __forceinline__ void load_normalized(const Act *head, int lane, float scale,
-                                                float (&x)[KPL])
-{
-    float squares = 0.0f;
-#pragma unroll
-    for (int j = 0; j < KPL; j++) {
-        x[j] = load(head + lane * KPL + j);
-        squares += x[j] * x[j];
-    }
-    float inv = ssm_l2_inv(warp_sum(squares));
-#pragma unroll
-    for (int j = 0; j < KPL; j++)
-        x[j] = (x[j] * inv) * scale;
-}
-
-/* Token inputs for value head h from a record (and q from the q buffer when
- * the token has an output; q_head == NULL skips it). */
-template <int KPL, class Act>
-__device__ void token_load(token_regs<KPL> &tk, const dims &d, const record_layout &lay,
-                           const uint8_t *record, const Act *q_head, int32_t h, int32_t row0,
-                           int lane)
+__device__ __forceinline__ void token_load(token_regs<KPL> &tk, const dims &d,
+                                           const record_layout &lay, const uint8_t *record,
+                                           const float *q_head, int32_t h, int32_t row0, int lane)
 {
     int32_t key_head = h / d.group;
-    load_normalized<KPL>((const Act *)(record + lay.k) + (int64_t)key_head * d.K, lane, 1.0f,
-                         tk.k);
+    load_row<KPL>((const float *)(record + lay.k) + (int64_t)key_head * d.K + lane * KPL, tk.k);
     if (q_head)
-        load_normalized<KPL>(q_head + (int64_t)key_head * d.K, lane, ssm_query_scale(d.K), tk.q);
-    const float *g = (const float *)(record + lay.g);
-    if (d.kda) {
-#pragma unroll
-        for (int j = 0; j < KPL; j++)
-            tk.decay[j] = ssm_expf(g[(int64_t)h * d.K + lane * KPL + j]);
-    } else {
-        tk.decay[0] = ssm_expf(g[h]);
-    }
+        load_row<KPL>(q_head + (int64_t)key_head * d.K + lane * KPL, tk.q);
+    const float *decay = (const float *)(record + lay.decay);
+    if (d.kda)
+        load_row<KPL>(decay + (int64_t)h * d.K + lane * KPL, tk.decay);
+    else
+        tk.decay[0] = decay[h];
     tk.beta = ((const float *)(record + lay.beta))[h];
     const Act *v = (const Act *)(record + lay.v) + (int64_t)h * d.V;
 #pragma unroll
@@ -185,7 +169,7 @@ __device__ __forceinline__ void tile_token(head_tile<KPL, State> &t, const dims 
 #pragma unroll
         for (int j = 0; j < KPL; j++) {
             t.s[i][j] *= d.kda ? tk.decay[j] : tk.decay[0];
-            acc[i] += t.s[i][j] * tk.k[j];
+            acc[i] = fmaf(t.s[i][j], tk.k[j], acc[i]);
         }
     }
 #pragma unroll
@@ -195,13 +179,13 @@ __device__ __forceinline__ void tile_token(head_tile<KPL, State> &t, const dims 
         if (out) {
 #pragma unroll
             for (int j = 0; j < KPL; j++) {
-                t.s[i][j] += u * tk.k[j];
-                acc[i] += t.s[i][j] * tk.q[j];
+                t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
+                acc[i] = fmaf(t.s[i][j], tk.q[j], acc[i]);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < KPL; j++)
-                t.s[i][j] += u * tk.k[j];
+                t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
         }
     }
     if (out) {
@@ -271,7 +255,7 @@ struct tile_args {
     int64_t tok_slot_stride, tok_layer_stride;
     record_layout tok_layout;
     bool tok_in_ring;
-    const void *q; /* [capacity][max_tokens][H][K] act; NULL: no outputs */
+    const float *q; /* [capacity][max_tokens][H][K] normalized, scaled; NULL: no outputs */
     const int32_t *token_offsets;
     int32_t piece;
     const int32_t *accepted;
@@ -301,7 +285,7 @@ __device__ void apply_records(head_tile<KPL, State> &t, const tile_args &a, cons
         tk.q[j] = 0.0f;
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
-        token_load<KPL, Act>(tk, a.d, lay, record, (const Act *)0, h, t.row0, t.lane);
+        token_load<KPL, Act>(tk, a.d, lay, record, (const float *)0, h, t.row0, t.lane);
         tile_token<KPL, State>(t, a.d, tk, false, unused);
     }
 }
@@ -316,7 +300,7 @@ __host__ __device__ inline int32_t tiles_per_head(int32_t V)
  * when a.layer < 0 (x carries both, so no 65535 limit on jobs);
  * 32 * SSM_TILE_WARPS threads. */
 template <int KPL, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS) tile_kernel(tile_args a)
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 5) tile_kernel(tile_args a)
 {
     const dims &d = a.d;
     int32_t tiles = tiles_per_head(d.V);
@@ -380,8 +364,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS) tile_kernel(tile_args a)
     float o[SSM_ROWS_PER_WARP];
     for (int32_t i = 0; i < n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;
-        const Act *q = a.q ? (const Act *)a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K
-                           : (const Act *)0;
+        const float *q = a.q ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K
+                             : (const float *)0;
         token_load<KPL, Act>(tk, d, lay, record, q, h, t.row0, t.lane);
         tile_token<KPL, State>(t, d, tk, a.out != NULL, o);
         if (a.out) {

@@ -42,6 +42,17 @@ static int64_t scratch_floats(const ssm_model_dims *m)
     return steps > apply ? steps : apply;
 }
 
+/* One token record: the CPU's (kernels/record.h), or the GPU path's, which
+ * keeps k normalized in fp32 and the decay instead of g. */
+static size_t record_bytes_of(const ssm_mode_params_v1 *p)
+{
+#ifdef HAVE_CUDA
+    if (p->device.type == SSM_DEVICE_CUDA)
+        return compact_cuda_record_bytes(p);
+#endif
+    return ssm_record_bytes(&p->model, p->activation_dtype);
+}
+
 static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
 {
     uint64_t layers = (uint64_t)p->model.layers;
@@ -49,7 +60,7 @@ static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *ou
     out->state_bytes = layers * ssm_state_bytes(&p->model, p->state_dtype);
     out->conv_bytes = layers * ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
     out->scratch_bytes =
-        layers * (uint64_t)p->max_tokens * ssm_record_bytes(&p->model, p->activation_dtype);
+        layers * (uint64_t)p->max_tokens * record_bytes_of(p);
     out->shared_bytes = ssm_state_bytes(&p->model, p->state_dtype) +
                         (uint64_t)scratch_floats(&p->model) * sizeof(float);
 #ifdef HAVE_CUDA
@@ -88,7 +99,7 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
     c->services = s;
     c->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
     c->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
-    c->record_bytes = ssm_record_bytes(&p->model, p->activation_dtype);
+    c->record_bytes = record_bytes_of(p);
     size_t slot_layers = (size_t)p->capacity * p->model.layers;
     c->states = s->alloc(s->core, slot_layers * c->state_bytes);
     c->conv = s->alloc(s->core, slot_layers * c->conv_bytes);

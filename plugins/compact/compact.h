@@ -52,6 +52,7 @@ ssm_cpu_target compact_cpu_target(compact_mode *c);
  * plugin methods; unsupported returns why a config can't run there or NULL. */
 const char *compact_cuda_unsupported(const ssm_mode_params_v1 *p);
 size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
+size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status compact_cuda_create(compact_mode *c);
 void compact_cuda_destroy(compact_mode *c);
 ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step);

@@ -25,6 +25,11 @@ extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
     return gpu_scratch_bytes(p);
 }
 
+extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
+{
+    return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false).bytes;
+}
+
 extern "C" ssm_status compact_cuda_create(compact_mode *c)
 {
     const ssm_services_v1 *s = c->services;

@@ -202,9 +202,20 @@ static host_layout host_layout_of(const ssm_mode_params_v1 *p, const replay_opti
     return h;
 }
 
+/* One history record: the CPU's (kernels/replay.h), or the GPU path's,
+ * which keeps k normalized in fp32 and the decay instead of g. */
+static size_t record_bytes_of(const ssm_mode_params_v1 *p)
+{
+#ifdef HAVE_CUDA
+    if (p->device.type == SSM_DEVICE_CUDA)
+        return replay_cuda_record_bytes(p);
+#endif
+    return ssm_replay_record_bytes(&p->model, p->activation_dtype);
+}
+
 static size_t records_bytes_per_layer(const ssm_mode_params_v1 *p, const replay_options *o)
 {
-    return (size_t)o->history * ssm_replay_record_bytes(&p->model, p->activation_dtype);
+    return (size_t)o->history * record_bytes_of(p);
 }
 
 static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
@@ -271,7 +282,7 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
     r->options = options_of(p);
     r->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
     r->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
-    r->record_bytes = ssm_replay_record_bytes(&p->model, p->activation_dtype);
+    r->record_bytes = record_bytes_of(p);
     size_t slot_layers = (size_t)p->capacity * p->model.layers;
     r->checkpoints = s->alloc(s->core, slot_layers * r->state_bytes);
     r->conv = s->alloc(s->core, slot_layers * r->conv_bytes);

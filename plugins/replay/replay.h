@@ -104,6 +104,7 @@ ssm_cpu_target replay_cpu_target(replay_mode *r);
  * plugin methods; unsupported returns why a config can't run there or NULL. */
 const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p);
 size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
+size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status replay_cuda_create(replay_mode *r);
 void replay_cuda_destroy(replay_mode *r);
 ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step);

@@ -5,9 +5,10 @@
  * A step appends its T records after the history (prep.cuh) and computes the
  * outputs without writing the checkpoint: by re-running the history through
  * native's update (outputs = exact, tile_kernel) or through SPEC 2.4's
- * identity (identity_kernel). When n + 2T > L the step's kernel folds first:
- * it applies the n committed records and stores the checkpoint, and the
- * commit then starts the ring after them. The decision is made on the device
+ * identity (identity_kernel). When n + T + T_max > L (ring_folds; SPEC
+ * 3.4's n + 2T > L at full width) the step's kernel folds first: it applies
+ * the n committed records and stores the checkpoint, and the commit then
+ * starts the ring after them. The decision is made on the device
  * from n, the same way in prep, step and commit, so it needs no host sync
  * and survives graph replay. */
 #include "kernels/cuda/launch.cuh"
@@ -34,6 +35,11 @@ extern "C" const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p)
 extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     return gpu_scratch_bytes(p) + (size_t)p->model.layers * sizeof(int32_t); /* + ring start */
+}
+
+extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
+{
+    return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), true).bytes;
 }
 
 extern "C" ssm_status replay_cuda_create(replay_mode *r)
