@@ -169,20 +169,10 @@ static void xworld_close(xworld *w)
 
 /* ------------------------------------------------------------ comparisons */
 
-/* Element index of the first difference of two buffers of dtype t, or -1. */
-static int64_t first_difference(const void *a, const void *b, ssm_dtype t, int64_t n)
-{
-    size_t es = ssm_dtype_size(t);
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0)
-            return i;
-    return -1;
-}
-
 static void assert_bitwise(const xworld *w, const char *what, int side, int32_t lane, int32_t layer,
                            const void *got, const void *want, ssm_dtype t, int64_t n)
 {
-    int64_t i = first_difference(got, want, t, n);
+    int64_t i = test_first_difference(got, want, t, n);
     ck_assert_msg(i < 0,
                   "%s [%s, step %d]: %s of lane %d layer %d: %s differs from native's at "
                   "element %lld of %lld (%.9g vs %.9g)",
@@ -373,25 +363,7 @@ static int32_t live_count(const xworld *w)
  * at random positions. */
 static int32_t pick_rows(xworld *w, int32_t live, int32_t pads, int32_t *lanes)
 {
-    int32_t pool[MAX_LANES], n = 0, count = 0;
-    for (int32_t i = 0; i < w->lanes; i++)
-        if (w->live[i])
-            pool[n++] = i;
-    if (live > n)
-        live = n;
-    for (int32_t i = 0; i < live; i++) {
-        int32_t j = test_rng_int(&w->rng, i, n - 1), t = pool[i];
-        pool[i] = pool[j];
-        pool[j] = t;
-        lanes[count++] = pool[i];
-    }
-    for (int32_t p = 0; p < pads && count < MAX_ROWS; p++) {
-        int32_t at = test_rng_int(&w->rng, 0, count);
-        memmove(lanes + at + 1, lanes + at, sizeof *lanes * (size_t)(count - at));
-        lanes[at] = -1;
-        count++;
-    }
-    return count;
+    return test_pick_rows(&w->rng, w->live, w->lanes, live, pads, MAX_ROWS, lanes);
 }
 
 /* The slot numbers of context `side` for rows of lanes. */

@@ -165,6 +165,41 @@ int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n)
     return memcmp(a, b, ssm_dtype_size(t) * (size_t)n) == 0;
 }
 
+int64_t test_first_difference(const void *a, const void *b, ssm_dtype t, int64_t n)
+{
+    size_t es = ssm_dtype_size(t);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0)
+            return i;
+    return -1;
+}
+
+int32_t test_pick_rows(test_rng *r, const int *eligible, int32_t lanes, int32_t count, int32_t pads,
+                       int32_t max_rows, int32_t *out)
+{
+    int32_t *pool = calloc((size_t)(lanes > 0 ? lanes : 1), sizeof *pool);
+    int32_t n = 0, rows = 0;
+    for (int32_t i = 0; i < lanes; i++)
+        if (eligible[i])
+            pool[n++] = i;
+    if (count > n)
+        count = n;
+    for (int32_t i = 0; i < count && rows < max_rows; i++) {
+        int32_t j = test_rng_int(r, i, n - 1), t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+        out[rows++] = pool[i];
+    }
+    for (int32_t p = 0; p < pads && rows < max_rows; p++) {
+        int32_t at = test_rng_int(r, 0, rows);
+        memmove(out + at + 1, out + at, sizeof *out * (size_t)(rows - at));
+        out[at] = -1;
+        rows++;
+    }
+    free(pool);
+    return rows;
+}
+
 void test_random_dims(test_rng *r, ssm_model_kind kind, int gva, ssm_model_dims *m)
 {
     static const int32_t dims[] = {8, 16, 24, 32};
@@ -194,7 +229,7 @@ void test_config(ssm_config *c, const ssm_model_dims *m, const char *mode, ssm_d
     c->max_draft_tokens = max_draft;
 }
 
-ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out)
+void test_snapshot_alloc(const ssm_ctx *ctx, test_snapshot *out)
 {
     const ssm_config *c = ssm_ctx_config(ctx);
     memset(out, 0, sizeof *out);
@@ -207,6 +242,11 @@ ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out)
         out->conv[l] = calloc(1, out->conv_bytes + 1);
         out->state[l] = calloc(1, out->state_bytes);
     }
+}
+
+ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out)
+{
+    test_snapshot_alloc(ctx, out);
     return ssm_slot_export_canonical(ctx, slot, out->conv, out->state, NULL);
 }
 

@@ -47,6 +47,15 @@ double test_rel_rms_f64(const void *a, ssm_dtype ta, const double *ref, int64_t 
 
 /* 1 when n elements of two buffers of dtype t are identical bit for bit. */
 int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n);
+/* Element index of the first difference of two such buffers, or -1. */
+int64_t test_first_difference(const void *a, const void *b, ssm_dtype t, int64_t n);
+
+/* Rows of a batch: `count` distinct lanes among the `lanes` whose
+ * eligible[lane] is set (fewer when fewer are), in random order, then `pads`
+ * padding rows (-1) at random positions, max_rows rows at most. Writes the
+ * lanes of the rows into out and returns how many rows there are. */
+int32_t test_pick_rows(test_rng *r, const int *eligible, int32_t lanes, int32_t count,
+                       int32_t pads, int32_t max_rows, int32_t *out);
 
 /* A small random GDN or KDA shape (GVA included when gva != 0). */
 void test_random_dims(test_rng *r, ssm_model_kind kind, int gva, ssm_model_dims *m);
@@ -64,6 +73,9 @@ typedef struct test_snapshot {
     void **state;
     size_t conv_bytes, state_bytes; /* per layer */
 } test_snapshot;
+/* Zeroed host buffers for a snapshot of one slot of ctx (what
+ * test_snapshot_take fills, and a device export is copied into). */
+void test_snapshot_alloc(const ssm_ctx *ctx, test_snapshot *out);
 /* Exports `slot` of ctx into a new snapshot; returns the export's status. */
 ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out);
 int test_snapshot_equal(const test_snapshot *a, const test_snapshot *b);

@@ -72,7 +72,7 @@ size_t gpu_out_bytes(const ssm_model_dims *m, ssm_dtype act, int64_t tokens)
 int gpu_weights_upload(const ssm_model_dims *m, const test_weights *host, gpu_weights *out)
 {
     int64_t d = ssm_conv_channels(m);
-    int64_t dt_n = m->kind == SSM_MODEL_KDA ? (int64_t)m->value_heads * m->key_dim : m->value_heads;
+    int64_t dt_n = ssm_gate_width(m); /* dt_bias: [HV] (GDN) or [HV][K] (KDA) */
     memset(out, 0, sizeof *out);
     int ok =
         gpu_alloc((void **)&out->conv_weight, sizeof(float) * (size_t)(d * m->conv_width),
@@ -141,25 +141,9 @@ ssm_step_io gpu_inputs_io(const gpu_inputs *in, void *out)
     return io;
 }
 
-/* Host buffers of a snapshot of ctx's shape (test_snapshot_take's sizes). */
-static void snapshot_alloc(const ssm_ctx *ctx, test_snapshot *out)
-{
-    const ssm_config *c = ssm_ctx_config(ctx);
-    memset(out, 0, sizeof *out);
-    out->layers = c->model.layers;
-    out->conv_bytes = (size_t)ssm_ref_window_elems(&c->model) * ssm_dtype_size(c->activation_dtype);
-    out->state_bytes = (size_t)ssm_ref_state_elems(&c->model) * ssm_dtype_size(c->state_dtype);
-    out->conv = calloc((size_t)out->layers, sizeof(void *));
-    out->state = calloc((size_t)out->layers, sizeof(void *));
-    for (int32_t l = 0; l < out->layers; l++) {
-        out->conv[l] = calloc(1, out->conv_bytes + 1);
-        out->state[l] = calloc(1, out->state_bytes);
-    }
-}
-
 ssm_status gpu_snapshot_take(ssm_ctx *ctx, int32_t slot, cudaStream_t stream, test_snapshot *out)
 {
-    snapshot_alloc(ctx, out);
+    test_snapshot_alloc(ctx, out);
     int32_t layers = out->layers;
     void **conv = calloc((size_t)layers, sizeof(void *));
     void **state = calloc((size_t)layers, sizeof(void *));

@@ -348,20 +348,10 @@ int step_fetch(world *w, step *st)
 
 /* ------------------------------------------------------------ comparisons */
 
-/* Element index of the first difference of two buffers of dtype t, or -1. */
-static int64_t first_difference(const void *a, const void *b, ssm_dtype t, int64_t n)
-{
-    size_t es = ssm_dtype_size(t);
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0)
-            return i;
-    return -1;
-}
-
 static int expect_bitwise(world *w, const pair *p, const char *what, int32_t lane, int32_t layer,
                           const void *got, const void *ref, ssm_dtype t, int64_t n)
 {
-    int64_t i = first_difference(got, ref, t, n);
+    int64_t i = test_first_difference(got, ref, t, n);
     if (i < 0)
         return 1;
     return world_fail(w,
@@ -519,24 +509,10 @@ int world_expect_flags(world *w, int s, uint32_t mask, uint32_t expect)
 
 int32_t world_pick_rows(world *w, int32_t count, int32_t pads, int32_t *lanes)
 {
-    int32_t pool[MAX_LANES], n = 0, rows = 0;
+    int clean[MAX_LANES];
     for (int32_t i = 0; i < w->lanes; i++)
-        if (!w->dirty[i])
-            pool[n++] = i;
-    count = count > n ? n : count;
-    for (int32_t i = 0; i < count; i++) {
-        int32_t j = test_rng_int(&w->rng, i, n - 1), t = pool[i];
-        pool[i] = pool[j];
-        pool[j] = t;
-        lanes[rows++] = pool[i];
-    }
-    for (int32_t p = 0; p < pads && rows < MAX_ROWS; p++) {
-        int32_t at = test_rng_int(&w->rng, 0, rows);
-        memmove(lanes + at + 1, lanes + at, sizeof *lanes * (size_t)(rows - at));
-        lanes[at] = -1;
-        rows++;
-    }
-    return rows;
+        clean[i] = !w->dirty[i];
+    return test_pick_rows(&w->rng, clean, w->lanes, count, pads, MAX_ROWS, lanes);
 }
 
 int step_finish(world *w, step *st)
