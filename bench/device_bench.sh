@@ -40,12 +40,12 @@ run() {
         >"$out/$name.txt" 2>&1
     echo "$name: exit $?"
 }
-run f32_layer 150 "${models[@]}" --state f32 --layers 1 --samples 10
-run f32_layer_identity 80 "${identity[@]}" --state f32 --layers 1 --modes replay --samples 10
-run f32_chain 150 examples/qwen3-next.ini --state f32 --layers chain --batches 1,256 --samples 3
-run f32_chain_identity 60 bench/configs/qwen3-next-identity.ini --state f32 --layers chain \
+run f32_layer 140 "${models[@]}" --state f32 --layers 1 --samples 10
+run f32_layer_identity 70 "${identity[@]}" --state f32 --layers 1 --modes native,replay --samples 10
+run f32_chain 120 examples/qwen3-next.ini --state f32 --layers chain --batches 1,256 --samples 3
+run f32_chain_identity 50 bench/configs/qwen3-next-identity.ini --state f32 --layers chain \
     --batches 1,256 --modes replay --samples 3
-run bf16_layer 90 "${models[@]}" --state bf16 --layers 1 --batches 1,32,256 --samples 5
+run bf16_layer 80 "${models[@]}" --state bf16 --layers 1 --batches 1,32,256 --samples 5
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu_state.txt"
 for f in f32_layer f32_layer_identity f32_chain f32_chain_identity bf16_layer; do
     grep -vE "^bench: " "$out/$f.txt" | grep -E "^ *(decode|round a=3|copy)|ratio|^#|^==|gdn|kda" |
