@@ -24,6 +24,8 @@ inline const char *gpu_unsupported(const ssm_mode_params_v1 *p)
     int32_t K = p->model.key_dim;
     if (K != 32 && K != 64 && K != 128)
         return "the CUDA kernels take key_dim 32, 64 or 128";
+    if (p->model.value_dim % 4 != 0)
+        return "the CUDA kernels take a value_dim that is a multiple of 4";
     if (p->state_dtype == SSM_DTYPE_F16 || p->activation_dtype == SSM_DTYPE_F16)
         return "the CUDA kernels take f32 and bf16 only";
     return NULL;
@@ -150,13 +152,18 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     if (a.rows > 65535)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
-    int32_t width = a.d.D > a.d.GW ? a.d.D : a.d.GW;
+    int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
     dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows);
     cudaStream_t st = (cudaStream_t)stream;
-    if (g.act_dtype == SSM_DTYPE_BF16)
-        prep_kernel<bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16, narrow = a.d.W <= 4;
+    if (bf16_act && narrow)
+        prep_kernel<4, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else if (bf16_act)
+        prep_kernel<SSM_MAX_WIDTH, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else if (narrow)
+        prep_kernel<4, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
     else
-        prep_kernel<float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+        prep_kernel<SSM_MAX_WIDTH, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
     return launch_status(s, "conv and gates kernel");
 }
 

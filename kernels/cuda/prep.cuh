@@ -10,9 +10,9 @@
  * One thread per conv channel does all the row's tokens in order, so the
  * conv buffer needs no other synchronization: verify stages its inputs in
  * the buffer's tail (commit shifts them in, commit.cuh); decode and prefill
- * advance the window in place. A block of SSM_PREP_THREADS channels holds
- * whole heads (K divides it), so the per-head sums of squares are a warp
- * sum plus a fixed-order sum over the head's warps. Replay records also get
+ * advance the window in place. A thread does four channels and a head is
+ * K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
+ * over those lanes, the same order every time. Replay records also get
  * the running gate sum G with Knuth's two-sum error term, as
  * kernels/replay.c computes it. */
 #ifndef SSM_KERNELS_CUDA_PREP_CUH
@@ -110,80 +110,119 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot)
     return p;
 }
 
-/* The conv of channel c for the row's n tokens, and the normalization of
- * its head. Every thread of the block runs the token loop (it holds block
- * barriers); channels past D only take part in them. */
-template <class Act>
-__device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t c,
-                          const record_place &place, float *partials)
+/* Four consecutive elements of an activation tensor, widened. */
+__device__ __forceinline__ void load4(const float *p, float (&v)[4])
+{
+    float4 x = *(const float4 *)p;
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+__device__ __forceinline__ void load4(const bf16 *p, float (&v)[4])
+{
+    uint2 x = *(const uint2 *)p;
+    v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
+    v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
+}
+__device__ __forceinline__ void store4(float *p, const float (&v)[4])
+{
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(bf16 *p, const float (&v)[4])
+{
+    uint2 x;
+    x.x = ssm_f32_to_bf16(v[0]) | ((uint32_t)ssm_f32_to_bf16(v[1]) << 16);
+    x.y = ssm_f32_to_bf16(v[2]) | ((uint32_t)ssm_f32_to_bf16(v[3]) << 16);
+    *(uint2 *)p = x;
+}
+
+/* The conv of channels [4e, 4e + 4) for the row's n tokens, and the
+ * normalization of their head: a head of K channels is K / 4 consecutive
+ * lanes of one warp, whose sum of squares is a butterfly over those lanes
+ * (each lane first sums its four in order). Lanes past D join the shuffles
+ * with zeros. WIDTH bounds the conv width at compile time, so the window
+ * stays in registers. */
+template <int WIDTH, class Act>
+__device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t e,
+                          const record_place &place)
 {
     const dims &d = a.d;
-    const int32_t qk = d.H * d.K, keep = d.W - 1;
+    const int32_t qk = d.H * d.K, keep = d.W - 1, c = 4 * e;
     const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    /* The window and the weights in registers (indices known at compile time). */
-    float window[SSM_MAX_WIDTH], weight[SSM_MAX_WIDTH];
-    float bias = live && a.conv_bias ? a.conv_bias[c] : 0.0f;
+    float window[WIDTH][4], weight[WIDTH][4], bias[4];
 #pragma unroll
-    for (int i = 0; i < SSM_MAX_WIDTH; i++) {
-        window[i] = live && i < keep ? load(buffer + (int64_t)i * d.D + c) : 0.0f;
-        weight[i] = live && i < d.W ? a.conv_weight[(int64_t)c * d.W + i] : 0.0f;
+    for (int ch = 0; ch < 4; ch++)
+        bias[ch] = live && a.conv_bias ? a.conv_bias[c + ch] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < WIDTH; i++) {
+        if (live && i < keep)
+            load4(buffer + (int64_t)i * d.D + c, window[i]);
+        else
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                window[i][ch] = 0.0f;
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++)
+            weight[i][ch] = live && i < d.W ? a.conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
     }
+    const bool normalized = c < 2 * qk; /* q and k */
+    const int lanes_per_head = d.K >> 2;
     bool finite = true;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int warps_per_head = d.K >> 5;
     for (int32_t t = 0; t < n; t++) {
-        float in = live ? load(x + input_token(a, r, t) * d.D + c) : 0.0f;
-        finite = finite && isfinite(in);
-        /* Bias first, then taps oldest to newest: the reference's order. */
-        float acc = bias;
+        float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
+        if (live)
+            load4(x + input_token(a, r, t) * d.D + c, in);
+        float squares = 0.0f;
 #pragma unroll
-        for (int i = 0; i < SSM_MAX_WIDTH; i++)
-            if (i < d.W)
-                acc += weight[i] * (i < keep ? window[i] : in);
-        float value = round_to((const Act *)0, ssm_silu(acc));
-        if (live && a.stage)
-            store(buffer + (int64_t)(keep + t) * d.D + c, in);
+        for (int ch = 0; ch < 4; ch++) {
+            finite = finite && isfinite(in[ch]);
+            /* Bias first, then taps oldest to newest: the reference's order. */
+            float acc = bias[ch];
 #pragma unroll
-        for (int i = 0; i < SSM_MAX_WIDTH - 1; i++)
-            if (i < keep - 1)
-                window[i] = window[i + 1];
-#pragma unroll
-        for (int i = 0; i < SSM_MAX_WIDTH; i++)
-            if (i == keep - 1)
-                window[i] = in;
-        /* Sum of squares of the head: warp sums, then the head's warps in order. */
-        bool normalized = c < 2 * qk; /* q and k; the block never splits a head */
-        float squares = warp_sum(normalized && live ? value * value : 0.0f);
-        if (lane == 0)
-            partials[warp] = squares;
-        __syncthreads();
-        if (live) {
-            uint8_t *record = place.at(t);
-            if (normalized) {
-                int first = warp - warp % warps_per_head;
-                float sum = 0.0f;
-                for (int w = 0; w < warps_per_head; w++)
-                    sum += partials[first + w];
-                float inv = ssm_l2_inv(sum);
-                if (c < qk)
-                    a.q[((int64_t)slot * a.max_tokens + t) * qk + c] = (value * inv) * d.query_scale;
-                else
-                    ((float *)(record + a.layout.k))[c - qk] = (value * inv) * 1.0f;
-            } else {
-                store((Act *)(record + a.layout.v) + (c - 2 * qk), value);
-            }
+            for (int i = 0; i < WIDTH; i++)
+                if (i < d.W)
+                    acc += weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
+            value[ch] = round_to((const Act *)0, ssm_silu(acc));
+            squares += value[ch] * value[ch];
         }
-        __syncthreads();
+        if (live && a.stage)
+            store4(buffer + (int64_t)(keep + t) * d.D + c, in);
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++) {
+                if (i < keep - 1)
+                    window[i][ch] = window[i + 1 < WIDTH ? i + 1 : i][ch];
+                else if (i == keep - 1)
+                    window[i][ch] = in[ch];
+            }
+        squares = live && normalized ? squares : 0.0f;
+        for (int offset = lanes_per_head >> 1; offset > 0; offset >>= 1)
+            squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+        if (!live)
+            continue;
+        uint8_t *record = place.at(t);
+        if (normalized) {
+            float inv = ssm_l2_inv(squares), out[4];
+            float scale = c < qk ? d.query_scale : 1.0f;
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                out[ch] = (value[ch] * inv) * scale;
+            if (c < qk)
+                store4(a.q + ((int64_t)slot * a.max_tokens + t) * qk + c, out);
+            else
+                store4((float *)(record + a.layout.k) + (c - qk), out);
+        } else {
+            store4((Act *)(record + a.layout.v) + (c - 2 * qk), value);
+        }
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
     if (live && !a.stage && n > 0) {
 #pragma unroll
-        for (int i = 0; i < SSM_MAX_WIDTH; i++)
+        for (int i = 0; i < WIDTH; i++)
             if (i < keep)
-                store(buffer + (int64_t)i * d.D + c, window[i]);
+                store4(buffer + (int64_t)i * d.D + c, window[i]);
     }
 }
 
@@ -242,11 +281,11 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
 }
 
-/* grid (ceil(max(D, GW) / SSM_PREP_THREADS), rows), SSM_PREP_THREADS threads. */
-template <class Act>
+/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows), SSM_PREP_THREADS
+ * threads; WIDTH >= the conv width. */
+template <int WIDTH, class Act>
 __global__ void __launch_bounds__(SSM_PREP_THREADS) prep_kernel(prep_args a)
 {
-    __shared__ float partials[SSM_PREP_THREADS / 32];
     int32_t r = blockIdx.y;
     int32_t slot = a.slots[r];
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
@@ -256,8 +295,8 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) prep_kernel(prep_args a)
     if (n == 0)
         return;
     record_place place = place_of(a, slot);
-    if ((int64_t)blockIdx.x * blockDim.x < a.d.D)
-        prep_conv<Act>(a, slot, r, n, e, place, partials);
+    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D)
+        prep_conv<WIDTH, Act>(a, slot, r, n, e, place);
     if (e < a.d.GW)
         prep_gate<Act>(a, slot, r, n, e, place);
     if (e < a.d.HV)
