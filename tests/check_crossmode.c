@@ -400,7 +400,7 @@ static void x_prefill(xworld *w)
     for (int s = 0; s < w->sides; s++) {
         int32_t slots[MAX_ROWS];
         rows_of(w, s, rows, lanes, slots);
-        ssm_prefill_batch b = {rows, slots, offsets, longest};
+        ssm_prefill_batch b = {rows, slots, offsets, longest, NULL, NULL};
         for (int32_t l = 0; l < w->m.layers; l++) {
             ssm_step_io sio = xio_at(io, s, l);
             EXPECT(w, ssm_prefill(w->ctx[s], l, &b, &w->w[l].w, &sio, NULL), SSM_OK);
@@ -431,7 +431,7 @@ static int32_t x_step(xworld *w, int verify, int32_t T)
     /* Layer by layer, every context, as an engine running them in lockstep. */
     for (int32_t l = 0; l < w->m.layers; l++)
         for (int s = 0; s < w->sides; s++) {
-            ssm_batch b = {rows, T, slots[s]};
+            ssm_batch b = {rows, T, slots[s], NULL};
             ssm_step_io sio = xio_at(io, s, l);
             if (verify)
                 EXPECT(w, ssm_verify(w->ctx[s], l, &b, &w->w[l].w, &sio, &ticket[s], NULL),

@@ -137,7 +137,7 @@ START_TEST(test_prefill_then_decode)
         int32_t la = test_rng_int(&f.rng, 0, 9), lb = test_rng_int(&f.rng, 1, 2);
         int32_t slots[3] = {a, -1, b};
         int32_t offsets[4] = {0, la, la + 3, la + 3 + lb};
-        ssm_prefill_batch batch = {3, slots, offsets, 9};
+        ssm_prefill_batch batch = {3, slots, offsets, 9, NULL, NULL};
         for (int32_t l = 0; l < f.config.model.layers; l++) {
             test_io io;
             test_io_make(&f.rng, &f.config.model, f.config.activation_dtype, offsets[3], &io);
@@ -151,7 +151,7 @@ START_TEST(test_prefill_then_decode)
     }
     for (int step = 0; step < 4; step++) {
         int32_t slots[2] = {b, a};
-        ssm_batch batch = {2, 1, slots};
+        ssm_batch batch = {2, 1, slots, NULL};
         for (int32_t l = 0; l < f.config.model.layers; l++) {
             test_io io;
             test_io_make(&f.rng, &f.config.model, f.config.activation_dtype, 2, &io);
@@ -187,7 +187,7 @@ static void run_rounds(fixture *f, int rounds, int32_t forced_accept)
     int32_t layers = f->config.model.layers;
     test_io *io = calloc((size_t)layers, sizeof *io);
     for (int round = 0; round < rounds; round++) {
-        ssm_batch batch = {3, T, slots};
+        ssm_batch batch = {3, T, slots, NULL};
         ssm_ticket ticket = SSM_TICKET_INIT;
         for (int32_t l = 0; l < layers; l++) {
             test_io_make(&f->rng, &f->config.model, f->config.activation_dtype, 3 * T, &io[l]);
@@ -253,7 +253,7 @@ START_TEST(test_mixed_decode_and_short_verify)
     int32_t layers = f.config.model.layers;
     for (int round = 0; round < 6; round++) {
         int32_t T = round % 3 == 2 ? 1 : test_rng_int(&f.rng, 1, 4);
-        ssm_batch batch = {1, T, &slot};
+        ssm_batch batch = {1, T, &slot, NULL};
         ssm_ticket ticket = SSM_TICKET_INIT;
         int32_t accepted = test_rng_int(&f.rng, 1, T);
         for (int32_t l = 0; l < layers; l++) {

@@ -29,7 +29,7 @@ static void assert_twins_and_working(world *wd, ssm_ctx *a, int32_t n, const int
         assert_slot_same(a, sa[i], b, sb[i], "before the check decode");
     test_io *ia = ios_make(wd, n);
     test_io *ib = ios_clone(wd, ia, n);
-    ssm_batch ba = {n, 1, sa}, bb = {n, 1, sb};
+    ssm_batch ba = {n, 1, sa, NULL}, bb = {n, 1, sb, NULL};
     decode_all(a, wd, &ba, ia);
     decode_all(b, wd, &bb, ib);
     ios_assert_out_equal(wd, ia, ib, n, "check decode");
@@ -269,13 +269,13 @@ START_TEST(test_reuse_after_release)
     /* A non-finite decode flags it. */
     test_io *d = ios_make(&wd, 1);
     ssm_ref_store(d[0].x, wd.ad, 0, NAN);
-    ssm_batch db = {1, 1, one};
+    ssm_batch db = {1, 1, one, NULL};
     decode_all(a, &wd, &db, d);
     ck_assert_uint_eq(slot_flags(a, s), SSM_FLAG_NONFINITE_INPUT);
     ssm_ticket t = SSM_TICKET_INIT;
     test_io *v = ios_make(&wd, T_MAX);
     if (with_forward) {
-        ssm_batch vb = {1, T_MAX, one};
+        ssm_batch vb = {1, T_MAX, one, NULL};
         verify_all(a, &wd, &vb, v, &t);
         EXPECT(ssm_slot_release(a, s), SSM_ERR_VERIFY_PENDING);
         EXPECT(ssm_forward_abort(a, &t, NULL), SSM_OK);
@@ -309,7 +309,7 @@ START_TEST(test_reuse_after_release)
     for (int step = 0; step < 2; step++) {
         test_io *x = ios_make(&wd, 1), *y = ios_clone(&wd, x, 1);
         int32_t fone[1] = {fs};
-        ssm_batch xa = {1, 1, one}, xb = {1, 1, fone};
+        ssm_batch xa = {1, 1, one, NULL}, xb = {1, 1, fone, NULL};
         decode_all(a, &wd, &xa, x);
         decode_all(f, &wd, &xb, y);
         ios_assert_out_equal(&wd, x, y, 1, "decode of a reused slot vs a fresh context");
@@ -334,7 +334,7 @@ START_TEST(test_reset_fresh)
     int32_t sa[4];
     ssm_ctx *a = world_ctx(&wd, sa);
     int32_t T = T_MAX;
-    ssm_batch vb = {4, T, sa};
+    ssm_batch vb = {4, T, sa, NULL};
     test_io *v = ios_make(&wd, 4 * T);
     int32_t k = test_rng_int(&wd.rng, 0, 3);
     /* The reset slot also gets a flag. */
@@ -367,7 +367,7 @@ START_TEST(test_reset_fresh)
     EXPECT(ssm_slot_acquire(f, &fs), SSM_OK);
     int32_t one[1] = {sa[k]}, fone[1] = {fs};
     int32_t T2 = test_rng_int(&wd.rng, 1, T_MAX);
-    ssm_batch xa = {1, T2, one}, xb = {1, T2, fone};
+    ssm_batch xa = {1, T2, one, NULL}, xb = {1, T2, fone, NULL};
     test_io *x = ios_make(&wd, T2), *y = ios_clone(&wd, x, T2);
     ssm_ticket ta = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &xa, x, &ta);
@@ -407,8 +407,8 @@ static void expect_bad_batch(world *wd, ssm_ctx *a, int32_t rows, const int32_t 
     int32_t *offsets = calloc((size_t)rows + 1, sizeof *offsets);
     for (int32_t r = 0; r < rows; r++)
         offsets[r + 1] = offsets[r] + test_rng_int(&wd->rng, 1, T_MAX);
-    ssm_batch db = {rows, 1, slots}, vb = {rows, T, slots};
-    ssm_prefill_batch pb = {rows, slots, offsets, T_MAX};
+    ssm_batch db = {rows, 1, slots, NULL}, vb = {rows, T, slots, NULL};
+    ssm_prefill_batch pb = {rows, slots, offsets, T_MAX, NULL, NULL};
     for (int32_t l = 0; l < wd->m.layers; l++) {
         const ssm_layer_weights *w = &wd->w[l].w;
         ssm_ticket t = SSM_TICKET_INIT;
@@ -500,7 +500,7 @@ START_TEST(test_batch_duplicate)
     int32_t pads[4] = {-1, sa[0], -1, -1};
     test_io *d = ios_make(&wd, 4), *db = ios_clone(&wd, d, 4);
     int32_t pads_b[4] = {-1, sb[0], -1, -1};
-    ssm_batch pa = {4, 1, pads}, pb = {4, 1, pads_b};
+    ssm_batch pa = {4, 1, pads, NULL}, pb = {4, 1, pads_b, NULL};
     decode_all(a, &wd, &pa, d);
     decode_all(b, &wd, &pb, db);
     assert_twins_and_working(&wd, a, 3, sa, b, sb);
@@ -559,15 +559,15 @@ START_TEST(test_padding_rows)
         for (int32_t r = 0; r < ROWS; r++)
             acc[r] = which[r] < 0 ? test_rng_int(&wd.rng, -3, 9) : test_rng_int(&wd.rng, 1, T);
         if (phase == 0) {
-            ssm_batch bt = {ROWS, 1, rows_a};
+            ssm_batch bt = {ROWS, 1, rows_a, NULL};
             decode_all(a, &wd, &bt, io);
         } else if (phase == 1) {
-            ssm_batch bt = {ROWS, T, rows_a};
+            ssm_batch bt = {ROWS, T, rows_a, NULL};
             ssm_ticket t = SSM_TICKET_INIT;
             verify_all(a, &wd, &bt, io, &t);
             EXPECT(ssm_commit(a, &t, acc, NULL), SSM_OK);
         } else {
-            ssm_prefill_batch bt = {ROWS, rows_a, offsets, max_row};
+            ssm_prefill_batch bt = {ROWS, rows_a, offsets, max_row, NULL, NULL};
             prefill_all(a, &wd, &bt, io);
         }
         assert_no_flags(a, "NaN in padding rows");
@@ -586,16 +586,16 @@ START_TEST(test_padding_rows)
                 ios_copy_token(&wd, one, t, io, offsets[r] + t);
             int32_t slot_b[1] = {sb[which[r]]};
             if (phase == 0) {
-                ssm_batch bt = {1, 1, slot_b};
+                ssm_batch bt = {1, 1, slot_b, NULL};
                 decode_all(b, &wd, &bt, one);
             } else if (phase == 1) {
-                ssm_batch bt = {1, T, slot_b};
+                ssm_batch bt = {1, T, slot_b, NULL};
                 ssm_ticket t = SSM_TICKET_INIT;
                 verify_all(b, &wd, &bt, one, &t);
                 EXPECT(ssm_commit(b, &t, &acc[r], NULL), SSM_OK);
             } else {
                 int32_t off[2] = {0, n};
-                ssm_prefill_batch bt = {1, slot_b, off, n};
+                ssm_prefill_batch bt = {1, slot_b, off, n, NULL, NULL};
                 prefill_all(b, &wd, &bt, one);
             }
             for (int32_t l = 0; l < L; l++)
@@ -660,11 +660,11 @@ START_TEST(test_nonfinite)
                           NAN);
         iob = ios_clone(&wd, io, total);
         if (phase == 0) {
-            ssm_batch ba = {2, 1, rows_a}, bb = {2, 1, rows_b};
+            ssm_batch ba = {2, 1, rows_a, NULL}, bb = {2, 1, rows_b, NULL};
             decode_all(a, &wd, &ba, io);
             decode_all(b, &wd, &bb, iob);
         } else if (phase == 1) {
-            ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+            ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
             ssm_ticket ta = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
             verify_all(a, &wd, &ba, io, &ta);
             verify_all(b, &wd, &bb, iob, &tb);
@@ -676,7 +676,7 @@ START_TEST(test_nonfinite)
         } else {
             int32_t max_row = offsets[1] > offsets[2] - offsets[1] ? offsets[1]
                                                                    : offsets[2] - offsets[1];
-            ssm_prefill_batch ba = {2, rows_a, offsets, max_row}, bb = {2, rows_b, offsets, max_row};
+            ssm_prefill_batch ba = {2, rows_a, offsets, max_row, NULL, NULL}, bb = {2, rows_b, offsets, max_row, NULL, NULL};
             prefill_all(a, &wd, &ba, io);
             prefill_all(b, &wd, &bb, iob);
         }
@@ -736,7 +736,7 @@ START_TEST(test_nonfinite_two_slots)
     ssm_ctx *a = world_ctx(&wd, sa);
     int32_t lo = sa[1] < sa[3] ? sa[1] : sa[3], hi = sa[1] < sa[3] ? sa[3] : sa[1];
     int32_t rows[3] = {hi, sa[0], lo};
-    ssm_batch db = {3, 1, rows};
+    ssm_batch db = {3, 1, rows, NULL};
     test_io *d = ios_make(&wd, 3);
     int32_t l = test_rng_int(&wd.rng, 0, wd.m.layers - 1);
     ssm_ref_store(d[l].x, wd.ad, 0, NAN);
@@ -791,7 +791,7 @@ START_TEST(test_prefill_offsets)
     test_io *probe = ios_make(&wd, 16);
     ios_sentinel(&wd, probe, 16);
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        ssm_prefill_batch pb = {3, rows, bad[k].offsets, bad[k].max_row};
+        ssm_prefill_batch pb = {3, rows, bad[k].offsets, bad[k].max_row, NULL, NULL};
         for (int32_t l = 0; l < wd.m.layers; l++) {
             ssm_status st = ssm_prefill(a, l, &pb, &wd.w[l].w, &probe[l].io, NULL);
             ck_assert_msg(st == SSM_ERR_INVALID_ARGUMENT, "offsets case %zu, layer %d: got %s",
@@ -805,7 +805,7 @@ START_TEST(test_prefill_offsets)
 
     /* A good prefill of the same rows works and matches the twin. */
     int32_t good[4] = {0, 3, 3, 8}, rows_b[3] = {sb[0], -1, sb[2]};
-    ssm_prefill_batch pa = {3, rows, good, 5}, pb = {3, rows_b, good, 5};
+    ssm_prefill_batch pa = {3, rows, good, 5, NULL, NULL}, pb = {3, rows_b, good, 5, NULL, NULL};
     test_io *io = ios_make(&wd, 8), *iob = ios_clone(&wd, io, 8);
     prefill_all(a, &wd, &pa, io);
     prefill_all(b, &wd, &pb, iob);
@@ -839,8 +839,8 @@ START_TEST(test_layer_range)
     test_io *probe = ios_make(&wd, 3 * T_MAX);
     ios_sentinel(&wd, probe, 3 * T_MAX);
     int32_t offsets[4] = {0, 2, 2, 5};
-    ssm_batch db = {3, 1, sa}, vb = {3, T, sa};
-    ssm_prefill_batch pb = {3, sa, offsets, 3};
+    ssm_batch db = {3, 1, sa, NULL}, vb = {3, T, sa, NULL};
+    ssm_prefill_batch pb = {3, sa, offsets, 3, NULL, NULL};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         ssm_ticket t = SSM_TICKET_INIT;
         EXPECT(ssm_decode(a, bad[k], &db, &wd.w[0].w, &probe[0].io, NULL),
@@ -867,7 +867,7 @@ START_TEST(test_layer_range)
     verify_layers(a, &wd, &vb, v, &t, 1, L);
     int32_t acc[3] = {test_rng_int(&wd.rng, 1, T), test_rng_int(&wd.rng, 1, T), 1};
     EXPECT(ssm_commit(a, &t, acc, NULL), SSM_OK);
-    ssm_batch vbb = {3, T, sb};
+    ssm_batch vbb = {3, T, sb, NULL};
     verify_all(b, &wd, &vbb, vbio, &tb);
     EXPECT(ssm_commit(b, &tb, acc, NULL), SSM_OK);
     ios_assert_out_equal(&wd, v, vbio, 3 * T, "verify after bad layers");

@@ -28,7 +28,7 @@ static void assert_twins_and_working(world *wd, ssm_ctx *a, const int32_t *sa, s
         assert_slot_same(a, sa[i], b, sb[i], "after the commit");
     test_io *ia = ios_make(wd, wd->cap);
     test_io *ib = ios_clone(wd, ia, wd->cap);
-    ssm_batch ba = {wd->cap, 1, sa}, bb = {wd->cap, 1, sb};
+    ssm_batch ba = {wd->cap, 1, sa, NULL}, bb = {wd->cap, 1, sb, NULL};
     decode_all(a, wd, &ba, ia);
     decode_all(b, wd, &bb, ib);
     ios_assert_out_equal(wd, ia, ib, wd->cap, "decode after the commit");
@@ -62,8 +62,8 @@ START_TEST(test_stale_after_reverify)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T1 = test_rng_int(&wd.rng, 1, T_MAX), T2 = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]};
-    ssm_batch b1a = {2, T1, rows_a}, b1b = {2, T1, rows_b};
-    ssm_batch b2a = {2, T2, rows_a}, b2b = {2, T2, rows_b};
+    ssm_batch b1a = {2, T1, rows_a, NULL}, b1b = {2, T1, rows_b, NULL};
+    ssm_batch b2a = {2, T2, rows_a, NULL}, b2b = {2, T2, rows_b, NULL};
     int32_t acc1[2] = {random_accepted(&wd, T1), random_accepted(&wd, T1)};
     int32_t acc2[2] = {random_accepted(&wd, T2), random_accepted(&wd, T2)};
 
@@ -133,8 +133,8 @@ START_TEST(test_stale_after_partial_reverify)
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]};
     int32_t one_a[1] = {sa[1]}, one_b[1] = {sb[1]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
-    ssm_batch oa = {1, T, one_a}, ob = {1, T, one_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
+    ssm_batch oa = {1, T, one_a, NULL}, ob = {1, T, one_b, NULL};
     int32_t acc[2] = {random_accepted(&wd, T), random_accepted(&wd, T)};
     test_io *v1 = ios_make(&wd, 2 * T), *v1b = ios_clone(&wd, v1, 2 * T);
     test_io *v2 = ios_make(&wd, T), *v2b = ios_clone(&wd, v2, T);
@@ -180,7 +180,7 @@ START_TEST(test_stale_after_abort)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows[2] = {sa[0], sa[1]};
-    ssm_batch ba = {2, T, rows};
+    ssm_batch ba = {2, T, rows, NULL};
     test_io *v1 = ios_make(&wd, 2 * T);
     ssm_ticket t1 = SSM_TICKET_INIT;
     test_snapshot idle_before, idle_after, aborted[2];
@@ -214,7 +214,7 @@ START_TEST(test_stale_after_abort)
     EXPECT(ssm_slot_reset(b, sb[0], NULL), SSM_OK);
     int32_t T2 = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t one_a[1] = {sa[0]}, one_b[1] = {sb[0]};
-    ssm_batch oa = {1, T2, one_a}, ob = {1, T2, one_b};
+    ssm_batch oa = {1, T2, one_a, NULL}, ob = {1, T2, one_b, NULL};
     test_io *v2 = ios_make(&wd, T2), *v2b = ios_clone(&wd, v2, T2);
     ssm_ticket t2 = SSM_TICKET_INIT, t2b = SSM_TICKET_INIT;
     verify_all(a, &wd, &oa, v2, &t2);
@@ -252,7 +252,7 @@ START_TEST(test_reset_refused_in_open_forward)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[3] = {sa[0], sa[1], sa[2]}, rows_b[3] = {sb[0], sb[1], sb[2]};
-    ssm_batch ba = {3, T, rows_a}, bb = {3, T, rows_b};
+    ssm_batch ba = {3, T, rows_a, NULL}, bb = {3, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &ba, v, &t);
@@ -286,7 +286,7 @@ START_TEST(test_repeated)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[3] = {sa[0], -1, sa[1]}, rows_b[3] = {sb[0], -1, sb[1]};
-    ssm_batch ba = {3, T, rows_a}, bb = {3, T, rows_b};
+    ssm_batch ba = {3, T, rows_a, NULL}, bb = {3, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &ba, v, &t);
@@ -342,7 +342,7 @@ START_TEST(test_foreign_context)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb), *c = world_ctx(&wd, sc);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]}, rows_c[2] = {sc[0], sc[1]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b}, bc = {2, T, rows_c};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL}, bc = {2, T, rows_c, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T),
             *vc = ios_clone(&wd, v, 2 * T);
     ssm_ticket ta = SSM_TICKET_INIT, tb = SSM_TICKET_INIT, tc = SSM_TICKET_INIT;
@@ -400,7 +400,7 @@ START_TEST(test_forged_and_altered)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 2, T_MAX);
     int32_t rows_a[3] = {sa[0], -1, sa[1]}, rows_b[3] = {sb[0], -1, sb[1]};
-    ssm_batch ba = {3, T, rows_a}, bb = {3, T, rows_b};
+    ssm_batch ba = {3, T, rows_a, NULL}, bb = {3, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_layers(a, &wd, &ba, v, &t, 0, wd.m.layers - 1);
@@ -468,7 +468,7 @@ START_TEST(test_accepted_range)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[4] = {sa[0], -1, sa[1], -1}, rows_b[4] = {sb[0], -1, sb[1], -1};
-    ssm_batch ba = {4, T, rows_a}, bb = {4, T, rows_b};
+    ssm_batch ba = {4, T, rows_a, NULL}, bb = {4, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 4 * T), *vb = ios_clone(&wd, v, 4 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &ba, v, &t);
@@ -519,7 +519,7 @@ START_TEST(test_incomplete)
     int32_t L = wd.m.layers;
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[1], sa[0]}, rows_b[2] = {sb[1], sb[0]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     int32_t acc[2] = {random_accepted(&wd, T), random_accepted(&wd, T)};
@@ -568,7 +568,7 @@ START_TEST(test_second_verify_pending)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     int32_t open_layers = test_rng_int(&wd.rng, 1, wd.m.layers);
@@ -584,7 +584,7 @@ START_TEST(test_second_verify_pending)
     test_io *probe = ios_make(&wd, 3 * T2);
     ios_sentinel(&wd, probe, 3 * T2);
     for (int k = 0; k < 4; k++) {
-        ssm_batch o = {3, T2, overlap[k]};
+        ssm_batch o = {3, T2, overlap[k], NULL};
         for (int32_t l = 0; l < wd.m.layers; l++) {
             ssm_ticket fresh = SSM_TICKET_INIT;
             EXPECT(ssm_verify(a, l, &o, &wd.w[l].w, &probe[l].io, &fresh, NULL),
@@ -599,7 +599,7 @@ START_TEST(test_second_verify_pending)
     /* The idle slots were not marked pending: they open their own forward,
      * with the other still open, and it commits. */
     int32_t rows2_a[2] = {sa[3], sa[2]}, rows2_b[2] = {sb[3], sb[2]};
-    ssm_batch b2a = {2, T2, rows2_a}, b2b = {2, T2, rows2_b};
+    ssm_batch b2a = {2, T2, rows2_a, NULL}, b2b = {2, T2, rows2_b, NULL};
     test_io *w2 = ios_make(&wd, 2 * T2), *w2b = ios_clone(&wd, w2, 2 * T2);
     ssm_ticket t2 = SSM_TICKET_INIT, t2b = SSM_TICKET_INIT;
     verify_all(a, &wd, &b2a, w2, &t2);
@@ -639,7 +639,7 @@ START_TEST(test_layer_twice)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[3] = {sa[2], -1, sa[0]}, rows_b[3] = {sb[2], -1, sb[0]};
-    ssm_batch ba = {3, T, rows_a}, bb = {3, T, rows_b};
+    ssm_batch ba = {3, T, rows_a, NULL}, bb = {3, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
     test_io *probe = ios_clone(&wd, v, 3 * T);
     ios_sentinel(&wd, probe, 3 * T);
@@ -684,7 +684,7 @@ START_TEST(test_decode_prefill_pending)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &ba, v, &t);
@@ -696,14 +696,14 @@ START_TEST(test_decode_prefill_pending)
     ios_sentinel(&wd, probe, 8);
     int32_t dec[3][2] = {{sa[2], sa[1]}, {sa[0], -1}, {-1, sa[0]}};
     for (int k = 0; k < 3; k++) {
-        ssm_batch d = {2, 1, dec[k]};
+        ssm_batch d = {2, 1, dec[k], NULL};
         for (int32_t l = 0; l < wd.m.layers; l++)
             EXPECT(ssm_decode(a, l, &d, &wd.w[l].w, &probe[l].io, NULL), SSM_ERR_VERIFY_PENDING);
     }
     int32_t pre_slots[2] = {sa[2], sa[0]}, pre_offsets[3] = {0, 3, 8};
-    ssm_prefill_batch pb = {2, pre_slots, pre_offsets, 5};
+    ssm_prefill_batch pb = {2, pre_slots, pre_offsets, 5, NULL, NULL};
     int32_t one[1] = {sa[1]}, one_offsets[2] = {0, 4};
-    ssm_prefill_batch pb1 = {1, one, one_offsets, 4};
+    ssm_prefill_batch pb1 = {1, one, one_offsets, 4, NULL, NULL};
     for (int32_t l = 0; l < wd.m.layers; l++) {
         EXPECT(ssm_prefill(a, l, &pb, &wd.w[l].w, &probe[l].io, NULL), SSM_ERR_VERIFY_PENDING);
         EXPECT(ssm_prefill(a, l, &pb1, &wd.w[l].w, &probe[l].io, NULL), SSM_ERR_VERIFY_PENDING);
@@ -747,7 +747,7 @@ START_TEST(test_later_layer_other_rows)
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]}, rows_b[2] = {sb[0], sb[1]};
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T);
     test_io *probe = ios_make(&wd, 3 * T_MAX);
     ios_sentinel(&wd, probe, 3 * T_MAX);
@@ -761,10 +761,10 @@ START_TEST(test_later_layer_other_rows)
     int32_t more_slots[3] = {sa[0], sa[1], -1};
     int32_t other_T = T < T_MAX ? T + 1 : T - 1;
     ssm_batch bad[4] = {
-        {2, T, other_slots},   /* another slot */
-        {1, T, rows_a},        /* fewer rows, same buffer */
-        {3, T, more_slots},    /* an extra padding row */
-        {2, other_T, rows_a},  /* another T */
+        {2, T, other_slots, NULL},   /* another slot */
+        {1, T, rows_a, NULL},        /* fewer rows, same buffer */
+        {3, T, more_slots, NULL},    /* an extra padding row */
+        {2, other_T, rows_a, NULL},  /* another T */
     };
     for (int32_t l = 1; l < wd.m.layers; l++) {
         for (int k = 0; k < 4; k++) {
@@ -818,7 +818,7 @@ START_TEST(test_later_layer_rows_permuted)
     ssm_ctx *a = world_ctx(&wd, sa);
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t rows_a[2] = {sa[0], sa[1]};
-    ssm_batch ba = {2, T, rows_a};
+    ssm_batch ba = {2, T, rows_a, NULL};
     test_io *v = ios_make(&wd, 2 * T);
     test_io *probe = ios_clone(&wd, v, 2 * T);
     ios_sentinel(&wd, probe, 2 * T);
@@ -850,7 +850,7 @@ START_TEST(test_verify_tokens_range)
     test_io *probe = ios_make(&wd, 2 * (T_MAX + 7));
     ios_sentinel(&wd, probe, 2 * (T_MAX + 7));
     for (size_t k = 0; k < sizeof bad_T / sizeof *bad_T; k++) {
-        ssm_batch bad = {2, bad_T[k], rows_a};
+        ssm_batch bad = {2, bad_T[k], rows_a, NULL};
         for (int32_t l = 0; l < wd.m.layers; l++) {
             ssm_ticket fresh = SSM_TICKET_INIT;
             EXPECT(ssm_verify(a, l, &bad, &wd.w[l].w, &probe[l].io, &fresh, NULL),
@@ -865,12 +865,12 @@ START_TEST(test_verify_tokens_range)
 
     /* A forward opened with a good T refuses a bad one at a later layer. */
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
-    ssm_batch ba = {2, T, rows_a}, bb = {2, T, rows_b};
+    ssm_batch ba = {2, T, rows_a, NULL}, bb = {2, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 2 * T), *vb = ios_clone(&wd, v, 2 * T);
     ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_layers(a, &wd, &ba, v, &t, 0, 1);
     for (size_t k = 0; k < sizeof bad_T / sizeof *bad_T; k++) {
-        ssm_batch bad = {2, bad_T[k], rows_a};
+        ssm_batch bad = {2, bad_T[k], rows_a, NULL};
         EXPECT(ssm_verify(a, 1, &bad, &wd.w[1].w, &probe[1].io, &t, NULL),
                SSM_ERR_INVALID_ARGUMENT);
     }
@@ -909,7 +909,7 @@ START_TEST(test_two_forwards)
     int32_t T1 = test_rng_int(&wd.rng, 1, T_MAX), T2 = test_rng_int(&wd.rng, 1, T_MAX);
     int32_t r1a[3] = {sa[3], -1, sa[0]}, r1b[3] = {sb[3], -1, sb[0]};
     int32_t r2a[2] = {sa[1], sa[4]}, r2b[2] = {sb[1], sb[4]};
-    ssm_batch f1a = {3, T1, r1a}, f1b = {3, T1, r1b}, f2a = {2, T2, r2a}, f2b = {2, T2, r2b};
+    ssm_batch f1a = {3, T1, r1a, NULL}, f1b = {3, T1, r1b, NULL}, f2a = {2, T2, r2a, NULL}, f2b = {2, T2, r2b, NULL};
     test_io *v1 = ios_make(&wd, 3 * T1), *v1b = ios_clone(&wd, v1, 3 * T1);
     test_io *v2 = ios_make(&wd, 2 * T2), *v2b = ios_clone(&wd, v2, 2 * T2);
     ssm_ticket t1 = SSM_TICKET_INIT, t2 = SSM_TICKET_INIT;
@@ -969,7 +969,7 @@ START_TEST(test_decode_commits_implicitly)
     int32_t rows_a[3] = {sa[2], -1, sa[0]}, rows_b[3] = {sb[2], -1, sb[0]};
     int steps = test_rng_int(&wd.rng, 2, 4);
     for (int s = 0; s < steps; s++) {
-        ssm_batch da = {3, 1, rows_a}, vbb = {3, 1, rows_b};
+        ssm_batch da = {3, 1, rows_a, NULL}, vbb = {3, 1, rows_b, NULL};
         test_io *d = ios_make(&wd, 3), *db = ios_clone(&wd, d, 3);
         decode_all(a, &wd, &da, d);
         /* Not pending: exportable right away. */
@@ -988,7 +988,7 @@ START_TEST(test_decode_commits_implicitly)
     }
     /* A verify opens over freshly decoded slots. */
     int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
-    ssm_batch va = {3, T, rows_a}, vb2 = {3, T, rows_b};
+    ssm_batch va = {3, T, rows_a, NULL}, vb2 = {3, T, rows_b, NULL};
     test_io *v = ios_make(&wd, 3 * T), *vb = ios_clone(&wd, v, 3 * T);
     ssm_ticket ta = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
     verify_all(a, &wd, &va, v, &ta);
@@ -1048,7 +1048,7 @@ START_TEST(test_rollback_exact)
             /* round 1: slot index i accepts i + 1, so every length occurs */
             acc[r] = round == 0 ? random_accepted(&wd, Tr) : which[r] + 1;
         }
-        ssm_batch vbatch = {rows, Tr, slot_a};
+        ssm_batch vbatch = {rows, Tr, slot_a, NULL};
         test_io *v = ios_make(&wd, (int64_t)rows * Tr);
         ssm_ticket t = SSM_TICKET_INIT;
         verify_all(a, &wd, &vbatch, v, &t);
@@ -1062,7 +1062,7 @@ START_TEST(test_rollback_exact)
                 dslots[r] = (slot_b[r] >= 0 && acc[r] > s) ? slot_b[r] : -1;
                 ios_copy_token(&wd, d, r, v, (int64_t)r * Tr + s);
             }
-            ssm_batch dbatch = {rows, 1, dslots};
+            ssm_batch dbatch = {rows, 1, dslots, NULL};
             decode_all(b, &wd, &dbatch, d);
             size_t ob = out_bytes(&wd, 1);
             for (int32_t l = 0; l < wd.m.layers; l++)

@@ -52,7 +52,7 @@ ssm_ctx *world_ctx(const world *wd, int32_t *slots)
     EXPECT(ssm_ctx_create(&wd->cfg, &ctx), SSM_OK);
     for (int32_t i = 0; i < wd->cap; i++)
         EXPECT(ssm_slot_acquire(ctx, &slots[i]), SSM_OK);
-    ssm_prefill_batch pb = {wd->cap, slots, wd->pre_offsets, wd->pre_max};
+    ssm_prefill_batch pb = {wd->cap, slots, wd->pre_offsets, wd->pre_max, NULL, NULL};
     for (int32_t l = 0; l < wd->m.layers; l++)
         EXPECT(ssm_prefill(ctx, l, &pb, &wd->w[l].w, &wd->pre_io[l].io, NULL), SSM_OK);
     return ctx;

@@ -127,11 +127,11 @@ START_TEST(test_export_read_only)
             qio.out = out[l].out;
             const ssm_layer_weights *w = &s.w[l].w;
             if (kind == 0) {
-                ssm_prefill_batch ba = {s.cap, a, offsets, 6}, bq = {s.cap, q, offsets, 6};
+                ssm_prefill_batch ba = {s.cap, a, offsets, 6, NULL, NULL}, bq = {s.cap, q, offsets, 6, NULL, NULL};
                 CONFORM_EXPECT(&s, ssm_prefill(s.ctx, l, &ba, w, &io[l].io, NULL), SSM_OK);
                 CONFORM_EXPECT(&s, ssm_prefill(quiet, l, &bq, w, &qio, NULL), SSM_OK);
             } else {
-                ssm_batch ba = {s.cap, T, a}, bq = {s.cap, T, q};
+                ssm_batch ba = {s.cap, T, a, NULL}, bq = {s.cap, T, q, NULL};
                 CONFORM_EXPECT(&s,
                                kind == 1 ? ssm_decode(s.ctx, l, &ba, w, &io[l].io, NULL)
                                          : ssm_verify(s.ctx, l, &ba, w, &io[l].io, &ta, NULL),

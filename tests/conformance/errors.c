@@ -83,8 +83,8 @@ static void expect_bad_batch(session *s, int32_t rows, const int32_t *slots, ssm
         offsets[r + 1] = offsets[r] + test_rng_int(&s->rng, 0, 4);
     int32_t l = test_rng_int(&s->rng, 0, s->m.layers - 1);
     const ssm_layer_weights *w = &s->w[l].w;
-    ssm_batch db = {rows, 1, slots}, vb = {rows, T, slots};
-    ssm_prefill_batch pb = {rows, slots, offsets, 4};
+    ssm_batch db = {rows, 1, slots, NULL}, vb = {rows, T, slots, NULL};
+    ssm_prefill_batch pb = {rows, slots, offsets, 4, NULL, NULL};
     ssm_ticket t = SSM_TICKET_INIT;
     CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &db, w, &probe[l].io, NULL), want);
     CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &vb, w, &probe[l].io, &t, NULL), want);
@@ -134,7 +134,7 @@ void error_stale(session *s)
     idle_check c;
     idle_begin(s, &c, &f2);
     if (L >= 2) {
-        ssm_batch b = {f2.rows, f2.T, f2.slots};
+        ssm_batch b = {f2.rows, f2.T, f2.slots, NULL};
         test_io *probe = session_ios(s, (int64_t)f2.rows * f2.T);
         ssm_ticket old = f1.ticket;
         CONFORM_EXPECT(s, ssm_verify(s->ctx, L - 1, &b, &s->w[L - 1].w, &probe[L - 1].io, &old,
@@ -190,7 +190,7 @@ void error_foreign(session *s)
                   NULL);
     /* The other context verifies the same slot numbers and shape. */
     test_io *oio = session_ios(s, (int64_t)f.rows * f.T);
-    ssm_batch ob = {f.rows, f.T, f.slots};
+    ssm_batch ob = {f.rows, f.T, f.slots, NULL};
     int32_t oslots[CONFORM_MAX_ROWS];
     memcpy(oslots, f.slots, sizeof oslots);
     ob.slots = oslots;
@@ -203,7 +203,7 @@ void error_foreign(session *s)
     idle_check c;
     idle_begin(s, &c, &f);
     if (L >= 2) {
-        ssm_batch b = {f.rows, f.T, f.slots};
+        ssm_batch b = {f.rows, f.T, f.slots, NULL};
         test_io *probe = session_ios(s, (int64_t)f.rows * f.T);
         ssm_ticket foreign = ot;
         CONFORM_EXPECT(s, ssm_verify(s->ctx, L - 1, &b, &s->w[L - 1].w, &probe[L - 1].io,
@@ -366,13 +366,13 @@ void error_tokens_range(session *s)
     int32_t l = test_rng_int(&s->rng, 0, s->m.layers - 1);
     const int32_t bad[] = {0, s->t_max + 1, -1};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ssm_batch b = {n, bad[i], rows};
+        ssm_batch b = {n, bad[i], rows, NULL};
         ssm_ticket t = SSM_TICKET_INIT;
         CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &b, &s->w[l].w, &probe[l].io, &t, NULL),
                        SSM_ERR_INVALID_ARGUMENT);
         ck_assert_msg(ticket_is_zero(&t), "%s: a rejected verify filled the ticket", s->desc);
     }
-    ssm_batch d = {n, 2, rows};
+    ssm_batch d = {n, 2, rows, NULL};
     CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &d, &s->w[l].w, &probe[l].io, NULL),
                    SSM_ERR_INVALID_ARGUMENT);
     session_assert_sentinel(s, probe, 0, tokens, "verify/decode with a bad token count");

@@ -389,7 +389,7 @@ void forward_busy(const forward *f, int *busy)
 
 void forward_verify(session *s, forward *f, int32_t l0, int32_t l1)
 {
-    ssm_batch b = {f->rows, f->T, f->slots};
+    ssm_batch b = {f->rows, f->T, f->slots, NULL};
     for (int32_t l = l0; l < l1; l++)
         CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &b, &s->w[l].w, &f->io[l].io, &f->ticket, NULL),
                        SSM_OK);
@@ -454,7 +454,7 @@ void op_prefill(session *s)
         if (len > longest)
             longest = len;
     }
-    ssm_prefill_batch b = {n, rows, offsets, longest + test_rng_int(&s->rng, 0, 2)};
+    ssm_prefill_batch b = {n, rows, offsets, longest + test_rng_int(&s->rng, 0, 2), NULL, NULL};
     test_io *io = session_ios(s, offsets[n]);
     for (int32_t l = 0; l < s->m.layers; l++)
         CONFORM_EXPECT(s, ssm_prefill(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL), SSM_OK);
@@ -475,7 +475,7 @@ void op_decode(session *s)
     int32_t rows[CONFORM_MAX_ROWS];
     int32_t live = test_rng_int(&s->rng, 1, session_count_acquired(s));
     int32_t n = session_rows(s, live, random_pads(s), rows);
-    ssm_batch b = {n, 1, rows};
+    ssm_batch b = {n, 1, rows, NULL};
     test_io *io = session_ios(s, n);
     for (int32_t l = 0; l < s->m.layers; l++) {
         CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL), SSM_OK);
@@ -572,7 +572,7 @@ void op_nonfinite(session *s)
     int32_t pl = test_rng_int(&s->rng, 0, s->m.layers - 1);
     int64_t tok = (int64_t)bad_row * T + test_rng_int(&s->rng, 0, T - 1);
     ssm_ref_store(io[pl].x, s->ad, tok * ssm_conv_channels(&s->m), NAN);
-    ssm_batch b = {n, T, rows};
+    ssm_batch b = {n, T, rows, NULL};
     ssm_ticket t = SSM_TICKET_INIT;
     int32_t accepted[CONFORM_MAX_ROWS];
     for (int32_t r = 0; r < n; r++)
