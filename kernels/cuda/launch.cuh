@@ -18,19 +18,6 @@ namespace ssm {
 /* Largest replay history the identity kernel's shared memory takes. */
 #define SSM_GPU_MAX_HISTORY 256
 
-/* Why the GPU kernels cannot run a configuration, or NULL. */
-inline const char *gpu_unsupported(const ssm_mode_params_v1 *p)
-{
-    int32_t K = p->model.key_dim;
-    if (K != 32 && K != 64 && K != 128)
-        return "the CUDA kernels take key_dim 32, 64 or 128";
-    if (p->model.value_dim % 4 != 0)
-        return "the CUDA kernels take a value_dim that is a multiple of 4";
-    if (p->state_dtype == SSM_DTYPE_F16 || p->activation_dtype == SSM_DTYPE_F16)
-        return "the CUDA kernels take f32 and bf16 only";
-    return NULL;
-}
-
 /* What every mode keeps on the GPU besides its states. */
 struct gpu_common {
     dims d;
@@ -230,6 +217,33 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     else
         launch_tile_typed<float, float>(a, grid, st);
     return launch_status(s, "recurrence kernel");
+}
+
+/* Prefill and decode in place, as every mode runs them: a prologue that
+ * advances the window, then a tile job storing the state back, for the
+ * step's token or, for a prefill, for each piece of T_max tokens. `state`,
+ * `snapshots` and `current` as tile_for and tile_args take them. */
+inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, void *conv,
+                                  void *state, int32_t snapshots, const int32_t *current,
+                                  const ssm_services_v1 *s)
+{
+    int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
+                                         : 1;
+    for (int32_t p = 0; p < pieces; p++) {
+        prep_args pa = prep_for(g, step, conv, false);
+        pa.piece = p * g.max_tokens;
+        ssm_status st = launch_prep(g, pa, step->stream, s);
+        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, state, snapshots);
+        ta.current = current;
+        tile_step_tokens(ta, step);
+        ta.piece = pa.piece;
+        ta.store = STORE_FINAL;
+        if (st == SSM_OK)
+            st = launch_tile(g, ta, step->stream, s);
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
 }
 
 /* The identity kernel (fp32 state): replay's output-only step. */

@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "kernels/build_caps.h"
+#include "kernels/device_check.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
@@ -21,19 +22,7 @@ static ssm_status compact_check_config(const ssm_mode_params_v1 *p, char *why, s
         snprintf(why, why_len, "unknown key (the compact mode takes no options)");
         return SSM_ERR_CONFIG;
     }
-    if (p->device.type == SSM_DEVICE_CUDA) {
-#ifdef HAVE_CUDA
-        const char *reason = compact_cuda_unsupported(p);
-        if (reason) {
-            snprintf(why, why_len, "device = cuda: %s", reason);
-            return SSM_ERR_UNSUPPORTED;
-        }
-#else
-        snprintf(why, why_len, "this build has no CUDA kernels");
-        return SSM_ERR_UNSUPPORTED;
-#endif
-    }
-    return SSM_OK;
+    return ssm_check_device(p, why, why_len);
 }
 
 static int64_t scratch_floats(const ssm_model_dims *m)

@@ -49,8 +49,7 @@ static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32
 ssm_cpu_target compact_cpu_target(compact_mode *c);
 
 /* The GPU path (compact_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods; unsupported returns why a config can't run there or NULL. */
-const char *compact_cuda_unsupported(const ssm_mode_params_v1 *p);
+ * plugin methods (kernels/device_check.h says which configs it takes). */
 size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status compact_cuda_create(compact_mode *c);

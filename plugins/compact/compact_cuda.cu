@@ -15,11 +15,6 @@ struct compact_gpu {
 
 static gpu_common &G(compact_mode *c) { return c->gpu->common; }
 
-extern "C" const char *compact_cuda_unsupported(const ssm_mode_params_v1 *p)
-{
-    return gpu_unsupported(p);
-}
-
 extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     return gpu_scratch_bytes(p);
@@ -60,23 +55,7 @@ static void point_at_records(compact_mode *c, const gpu_common &g, uint8_t *&bas
 /* Prefill and decode: the state in place, the window advanced. */
 static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
 {
-    gpu_common &g = G(c);
-    int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
-                                         : 1;
-    for (int32_t p = 0; p < pieces; p++) {
-        prep_args pa = prep_for(g, step, c->conv, false);
-        pa.piece = p * g.max_tokens;
-        ssm_status st = launch_prep(g, pa, step->stream, c->services);
-        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
-        tile_step_tokens(ta, step);
-        ta.piece = pa.piece;
-        ta.store = STORE_FINAL;
-        if (st == SSM_OK)
-            st = launch_tile(g, ta, step->stream, c->services);
-        if (st != SSM_OK)
-            return st;
-    }
-    return SSM_OK;
+    return launch_in_place(G(c), step, c->conv, c->states, 1, NULL, c->services);
 }
 
 extern "C" ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step)

@@ -43,8 +43,7 @@ static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t l
 ssm_cpu_target native_cpu_target(native_mode *n);
 
 /* The GPU path (native_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods; unsupported returns why a config can't run there or NULL. */
-const char *native_cuda_unsupported(const ssm_mode_params_v1 *p);
+ * plugin methods (kernels/device_check.h says which configs it takes). */
 size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 ssm_status native_cuda_create(native_mode *n);
 void native_cuda_destroy(native_mode *n);

@@ -15,11 +15,6 @@ struct native_gpu {
 
 static gpu_common &G(native_mode *n) { return n->gpu->common; }
 
-extern "C" const char *native_cuda_unsupported(const ssm_mode_params_v1 *p)
-{
-    return gpu_unsupported(p);
-}
-
 extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     return gpu_scratch_bytes(p);
@@ -43,28 +38,10 @@ extern "C" void native_cuda_destroy(native_mode *n)
     n->gpu = NULL;
 }
 
-/* Prefill and decode: the current snapshot in place, the window advanced.
- * A prefill runs in pieces of T_max tokens through the token scratch. */
+/* Prefill and decode: the current snapshot in place, the window advanced. */
 static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
 {
-    gpu_common &g = G(n);
-    int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
-                                         : 1;
-    for (int32_t p = 0; p < pieces; p++) {
-        prep_args pa = prep_for(g, step, n->conv, false);
-        pa.piece = p * g.max_tokens;
-        ssm_status st = launch_prep(g, pa, step->stream, n->services);
-        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, n->states, n->snapshots);
-        ta.current = n->current;
-        tile_step_tokens(ta, step);
-        ta.piece = pa.piece;
-        ta.store = STORE_FINAL;
-        if (st == SSM_OK)
-            st = launch_tile(g, ta, step->stream, n->services);
-        if (st != SSM_OK)
-            return st;
-    }
-    return SSM_OK;
+    return launch_in_place(G(n), step, n->conv, n->states, n->snapshots, n->current, n->services);
 }
 
 extern "C" ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step)

@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "kernels/build_caps.h"
+#include "kernels/device_check.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
@@ -153,19 +154,7 @@ static ssm_status replay_check_config(const ssm_mode_params_v1 *p, char *why, si
     ssm_status status = parse_options(p, &options, why, why_len, bad_option);
     if (status != SSM_OK)
         return status;
-    if (p->device.type == SSM_DEVICE_CUDA) {
-#ifdef HAVE_CUDA
-        const char *reason = replay_cuda_unsupported(p);
-        if (reason) {
-            snprintf(why, why_len, "device = cuda: %s", reason);
-            return SSM_ERR_UNSUPPORTED;
-        }
-#else
-        snprintf(why, why_len, "this build has no CUDA kernels");
-        return SSM_ERR_UNSUPPORTED;
-#endif
-    }
-    return SSM_OK;
+    return ssm_check_device(p, why, why_len);
 }
 
 /* ---------------------------------------------------------------- plan */

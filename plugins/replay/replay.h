@@ -101,8 +101,7 @@ void replay_fold(replay_mode *r, int32_t slot, int32_t layer);
 ssm_cpu_target replay_cpu_target(replay_mode *r);
 
 /* The GPU path (replay_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods; unsupported returns why a config can't run there or NULL. */
-const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p);
+ * plugin methods (kernels/device_check.h says which configs it takes). */
 size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status replay_cuda_create(replay_mode *r);

@@ -27,11 +27,6 @@ struct replay_gpu {
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
 
-extern "C" const char *replay_cuda_unsupported(const ssm_mode_params_v1 *p)
-{
-    return gpu_unsupported(p);
-}
-
 extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     return gpu_scratch_bytes(p) + (size_t)p->model.layers * sizeof(int32_t); /* + ring start */
@@ -113,19 +108,9 @@ extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *ste
         return st;
     ring_clear_kernel<<<dim3(1, step->rows, 1), 32, 0, (cudaStream_t)step->stream>>>(
         step->slots, g.capacity, g.layers, step->layer, r->cursors);
-    int32_t pieces = (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens;
-    for (int32_t p = 0; p < pieces && st == SSM_OK; p++) {
-        prep_args pa = prep_for(g, step, r->conv, false);
-        pa.piece = p * g.max_tokens;
-        st = launch_prep(g, pa, step->stream, r->services);
-        tile_args ta = tile_for(g, step->rows, step->slots, step->layer, r->checkpoints, 1);
-        tile_step_tokens(ta, step);
-        ta.piece = pa.piece;
-        ta.store = STORE_FINAL;
-        if (st == SSM_OK)
-            st = launch_tile(g, ta, step->stream, r->services);
-    }
-    return st;
+    st = launch_status(r->services, "ring clear kernel");
+    return st != SSM_OK ? st
+                        : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->services);
 }
 
 extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
