@@ -7,11 +7,10 @@
  * fp32) and the normalized q to a per-slot q buffer. Every mode's recurrence
  * reads these same bits, which is half of why modes agree bit for bit.
  *
- * One thread per conv channel does all the row's tokens in order, so the
- * conv buffer needs no other synchronization: verify stages its inputs in
- * the buffer's tail (commit shifts them in, commit.cuh); decode and prefill
- * advance the window in place. A thread does four channels and a head is
- * K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
+ * A thread owns four conv channels and does all the row's tokens in order,
+ * so the conv buffer needs no other synchronization: verify stages its
+ * inputs in the buffer's tail (commit shifts them in, commit.cuh); decode
+ * and prefill advance the window in place. A head is K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
  * over those lanes, the same order every time. Replay records also get
  * the running gate sum G with Knuth's two-sum error term, as
  * kernels/replay.c computes it. */

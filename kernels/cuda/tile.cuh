@@ -4,9 +4,9 @@
  * A block owns a tile of TILE_ROWS value rows of one value head of one
  * (slot, layer): 4 warps of ROWS_PER_WARP rows; lane l holds key channels
  * [l * KPL, (l + 1) * KPL) of each row in registers (K = 32 * KPL). A warp
- * issues all its rows' loads at once (8 x 512 bytes for an fp32 head of
- * K = 128), which is what keeps enough bytes in flight to stream the state
- * at copy speed. Per token: decay, recall (warp sum), delta, output (warp
+ * issues all its rows' loads at once (4 x 512 bytes for an fp32 head of
+ * K = 128). The kernel is bound by instruction issue and latency, not yet by
+ * bytes: see bench/results/2026-11-29-gpu-h200.md. Per token: decay, recall (warp sum), delta, output (warp
  * sum) from the fp32 state, then rounding to the state dtype. The products
  * accumulate through fmaf: one rounding per term, the same on every mode's
  * path (the CPU reference rounds twice; SPEC 3.5 compares CPU and GPU by
