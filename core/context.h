@@ -46,10 +46,16 @@ const int32_t *ssm_host_slots(const ssm_ctx *ctx, const int32_t *slots,
                               const int32_t *slots_host, int32_t rows);
 
 /* The kernels' flag words on a CUDA context (core/device_flags.c); no-ops
- * on the CPU. read fills capacity + 1 words and waits for the device. */
+ * on the CPU. read copies words [first, first + count) (zeros on the CPU)
+ * after waiting for the device, and leaves the caller's current device as
+ * it was. */
 ssm_status ssm_device_flags_create(ssm_ctx *ctx);
 void ssm_device_flags_free(ssm_ctx *ctx);
 void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream);
-ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words);
+ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words, int32_t first,
+                                 int32_t count);
+
+/* Waits for all work on the context's device (SSM_OK at once on the CPU). */
+ssm_status ssm_device_sync(const ssm_ctx *ctx);
 
 #endif

@@ -44,20 +44,72 @@ void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream)
 #endif
 }
 
-ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words)
+/* Runs `what` on the context's device and makes the caller's device
+ * current again. */
+#ifdef HAVE_CUDA
+static cudaError_t on_device(const ssm_ctx *ctx, cudaError_t (*what)(const ssm_ctx *, void *),
+                             void *arg)
 {
-    memset(words, 0, flag_bytes(ctx));
+    int caller = 0;
+    cudaError_t e = cudaGetDevice(&caller);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(ctx->config->device.index);
+    if (e == cudaSuccess)
+        e = what(ctx, arg);
+    cudaSetDevice(caller);
+    return e;
+}
+
+static cudaError_t synchronize(const ssm_ctx *ctx, void *arg)
+{
+    (void)ctx, (void)arg;
+    return cudaDeviceSynchronize();
+}
+
+typedef struct flag_copy {
+    uint32_t *words;
+    int32_t first, count;
+} flag_copy;
+
+static cudaError_t copy_words(const ssm_ctx *ctx, void *arg)
+{
+    flag_copy *c = arg;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(c->words, ctx->device_flags + c->first, sizeof(uint32_t) * (size_t)c->count,
+                       cudaMemcpyDeviceToHost);
+    return e;
+}
+#endif
+
+ssm_status ssm_device_sync(const ssm_ctx *ctx)
+{
+#ifdef HAVE_CUDA
+    if (ctx->config->device.type != SSM_DEVICE_CUDA)
+        return SSM_OK;
+    cudaError_t e = on_device(ctx, synchronize, NULL);
+    if (e != cudaSuccess)
+        return ssm_error_set(SSM_ERR_DEVICE, "waiting for cuda:%d: %s",
+                             (int)ctx->config->device.index, cudaGetErrorString(e));
+#else
+    (void)ctx;
+#endif
+    return SSM_OK;
+}
+
+ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words, int32_t first, int32_t count)
+{
+    memset(words, 0, sizeof(uint32_t) * (size_t)count);
 #ifdef HAVE_CUDA
     if (!ctx->device_flags)
         return SSM_OK;
-    cudaError_t e = cudaSetDevice(ctx->config->device.index);
-    if (e == cudaSuccess)
-        e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaMemcpy(words, ctx->device_flags, flag_bytes(ctx), cudaMemcpyDeviceToHost);
+    flag_copy c = {words, first, count};
+    cudaError_t e = on_device(ctx, copy_words, &c);
     if (e != cudaSuccess)
         return ssm_error_set(SSM_ERR_DEVICE, "reading the flag words of cuda:%d: %s",
                              (int)ctx->config->device.index, cudaGetErrorString(e));
+#else
+    (void)ctx, (void)first;
 #endif
     return SSM_OK;
 }

@@ -59,8 +59,15 @@ ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot)
     if (!ctx)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_release: NULL context");
     ssm_status status = ssm_validate_slot(ctx, slot);
+    /* No stream here: on a CUDA context the reset waits for the work queued
+     * on every stream and completes before release returns, so neither that
+     * work nor the slot's next owner can overlap it. */
+    if (status == SSM_OK)
+        status = ssm_device_sync(ctx);
     if (status == SSM_OK)
         status = make_fresh(ctx, slot, NULL);
+    if (status == SSM_OK)
+        status = ssm_device_sync(ctx);
     if (status != SSM_OK)
         return status;
     ctx->slot_acquired[slot] = 0;
@@ -82,7 +89,7 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)
     uint32_t *device = calloc((size_t)ctx->capacity + 1, sizeof *device);
     if (!device)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "ssm_ctx_status: out of memory");
-    ssm_status status = ssm_device_flags_read(ctx, device);
+    ssm_status status = ssm_device_flags_read(ctx, device, 0, ctx->capacity + 1);
     ssm_ctx_report report = {device[ctx->capacity], 0, -1};
     for (int32_t s = 0; s < ctx->capacity && status == SSM_OK; s++) {
         uint32_t flags = ctx->slot_flags[s] | device[s];
@@ -106,12 +113,9 @@ ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags)
     if (slot < 0 || slot >= ctx->capacity)
         return ssm_error_set(SSM_ERR_SLOT_RANGE, "slot %d is outside the pool [0, %d)", slot,
                              ctx->capacity);
-    uint32_t *device = calloc((size_t)ctx->capacity + 1, sizeof *device);
-    if (!device)
-        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "ssm_slot_flags: out of memory");
-    ssm_status status = ssm_device_flags_read(ctx, device);
+    uint32_t device = 0;
+    ssm_status status = ssm_device_flags_read(ctx, &device, slot, 1);
     if (status == SSM_OK)
-        *flags = ctx->slot_flags[slot] | device[slot];
-    free(device);
+        *flags = ctx->slot_flags[slot] | device;
     return status;
 }

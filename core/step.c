@@ -211,7 +211,9 @@ ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *acc
             return ssm_error_set(SSM_ERR_ACCEPTED_RANGE,
                                  "row %d (slot %d): accepted length %d is outside [1, %d]", r,
                                  forward->slots_host[r], accepted[r], forward->tokens);
-    if (forward->live_rows > 0) {
+    /* On CUDA the kernels see the device slots, which a replayed graph may
+     * fill where the host copy had padding: launch whenever there are rows. */
+    if (forward->live_rows > 0 || (!host_lengths && forward->rows > 0)) {
         ssm_commit_v1 args = {sizeof args, forward->rows, forward->tokens, forward->slots,
                               accepted, stream};
         status = ctx->mode->commit(ctx->instance, &args);

@@ -1,5 +1,6 @@
 /* Batch validation: everything the engine passes is checked here before a
  * plugin sees it (SPEC 6), so plugins can assume well-formed calls. */
+#include <stdint.h>
 #include <string.h>
 
 #include "core/context.h"
@@ -63,12 +64,16 @@ const int32_t *ssm_host_slots(const ssm_ctx *ctx, const int32_t *slots,
 ssm_status ssm_validate_step_data(const ssm_ctx *ctx, const ssm_layer_weights *weights,
                                   const ssm_step_io *io)
 {
-    (void)ctx;
     if (!weights || !weights->conv_weight || !weights->a_log || !weights->dt_bias)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "layer weights missing (conv_weight, a_log and dt_bias are required)");
     if (!io || !io->x || !io->gate || !io->beta || !io->out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "step tensors missing (x, gate, beta and out are required)");
+    /* The CUDA prologue reads x four channels at a time. */
+    size_t align = 4 * ssm_dtype_size(ctx->config->activation_dtype);
+    if (ctx->config->device.type == SSM_DEVICE_CUDA && (uintptr_t)io->x % align != 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "io->x must be aligned to %zu bytes on a CUDA context", align);
     return SSM_OK;
 }

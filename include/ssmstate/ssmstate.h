@@ -137,9 +137,13 @@ const char *ssm_ctx_plugin_path(const ssm_ctx *ctx);
  * pool. Errors: SSM_ERR_POOL_EXHAUSTED. */
 ssm_status ssm_slot_acquire(ssm_ctx *ctx, int32_t *slot);
 
-/* Returns a slot to the pool, made fresh before anyone gets it again. Errors:
+/* Returns a slot to the pool, made fresh before anyone gets it again. On a
+ * CUDA context it waits for the work queued on the device, resets the slot
+ * and waits for that too, so it never overlaps a step on any stream (it is
+ * not a step call; do not call it while capturing a graph). Errors:
  * SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING (the
- * slot is in an uncommitted forward: commit or abort it first). */
+ * slot is in an uncommitted forward: commit or abort it first),
+ * SSM_ERR_DEVICE. */
 ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot);
 
 /* Makes an acquired slot fresh (zero state, empty history, zero conv window).
@@ -169,7 +173,8 @@ typedef struct ssm_batch {
      * host without reading device memory. Required there, ignored on the
      * CPU. Like `slots`, it must not change until the commit. A CUDA graph
      * replayed with other device slots bypasses the host checks; the kernels
-     * still skip rows whose slot is outside the pool (SSM_FLAG_BAD_SLOT). */
+     * still skip rows whose slot is outside the pool (SSM_FLAG_BAD_SLOT), but
+     * cannot see a slot named twice: two rows would race on one state. */
     const int32_t *slots_host;
 } ssm_batch;
 
@@ -182,7 +187,8 @@ typedef struct ssm_prefill_batch {
     const int32_t *token_offsets;
     int32_t max_row_tokens;
     /* CUDA contexts: host copies of slots and token_offsets (required there,
-     * ignored on the CPU); see ssm_batch. */
+     * ignored on the CPU); see ssm_batch. The device token_offsets must hold
+     * the same values: the kernels index the tensors by them. */
     const int32_t *slots_host;
     const int32_t *token_offsets_host;
 } ssm_prefill_batch;
@@ -268,8 +274,10 @@ typedef struct ssm_ctx_report {
 
 /* Flags raised by past steps. CPU contexts: exact at return. CUDA contexts:
  * reads the kernels' flag words, which waits for the work queued on every
- * stream (a status query, not a step call). Errors: SSM_ERR_INVALID_ARGUMENT,
- * SSM_ERR_DEVICE. */
+ * stream (a status query, not a step call: not while capturing a graph).
+ * SSM_FLAG_BAD_SLOT, raised for a device slot outside the pool, belongs to
+ * no slot and stays set for the context's life. Errors:
+ * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_DEVICE. */
 ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out);
 
 /* Flags of one slot (cleared when the slot is reset or released). */

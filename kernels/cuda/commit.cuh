@@ -5,7 +5,9 @@
  * a-1, replay's cursor advances by a (after a fold, which the step did when
  * ring_folds() said so, the ring restarts after the folded records). Accepted lengths
  * live in device memory and are checked here: a row outside [1, T] is
- * skipped and its slot flagged SSM_FLAG_BAD_ACCEPTED. accepted == NULL
+ * skipped and its slot flagged SSM_FLAG_BAD_ACCEPTED (native's slot is then
+ * undefined until reset; compact's and replay's stay at their state before
+ * the verify). accepted == NULL
  * means 1 for every row (a decode's implicit commit). */
 #ifndef SSM_KERNELS_CUDA_COMMIT_CUH
 #define SSM_KERNELS_CUDA_COMMIT_CUH
@@ -42,6 +44,17 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
     if (accepted < 1 || accepted > a.tokens) {
         if (reporter)
             raise_flag(a.flags, a.capacity, slot, SSM_FLAG_BAD_ACCEPTED);
+        /* A replay step that folded has already stored the checkpoint: drop
+         * the folded records, so the slot stays at its state before the
+         * verify instead of applying them twice later. */
+        if (c == 0 && a.ring_n) {
+            int64_t cell = (int64_t)slot * a.layers + layer;
+            int32_t used = a.ring_n[cell];
+            if (ring_folds(used, a.tokens, a.max_tokens, a.history)) {
+                a.ring_start[cell] = (a.ring_start[cell] + used) & a.ring_mask;
+                a.ring_n[cell] = 0;
+            }
+        }
         return;
     }
     if (c < a.d.D) {

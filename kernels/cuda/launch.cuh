@@ -15,9 +15,6 @@
 
 namespace ssm {
 
-/* Largest replay history the identity kernel's shared memory takes. */
-#define SSM_GPU_MAX_HISTORY 256
-
 /* What every mode keeps on the GPU besides its states. */
 struct gpu_common {
     dims d;
@@ -205,7 +202,12 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    dim3 grid((unsigned)(tiles_per_head(a.d.V) * jobs), a.d.HV);
+    int64_t blocks = tiles_per_head(a.d.V) * jobs;
+    if (blocks > 0x7fffffff)
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "%lld rows x layers is more than one launch of the recurrence takes",
+                        (long long)jobs);
+    dim3 grid((unsigned)blocks, a.d.HV);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)

@@ -37,6 +37,31 @@ extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
     return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), true).bytes;
 }
 
+/* The identity kernel stages a whole history's weights and u in shared
+ * memory: refuse, at create, a history this device cannot hold that way. */
+static ssm_status check_identity_fits(replay_mode *r)
+{
+    if (r->options.outputs == REPLAY_OUTPUTS_EXACT)
+        return SSM_OK;
+    int device = 0, limit = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess)
+        return r->services->error(r->services->core, SSM_ERR_DEVICE,
+                                  "cannot read the device's shared memory size");
+    const ssm_model_dims &m = r->params.model;
+    int32_t T = r->params.max_tokens;
+    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim,
+                                        m.kind == SSM_MODEL_KDA);
+    if (need <= (size_t)limit)
+        return SSM_OK;
+    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
+                              "outputs = identity with history %d needs %zu bytes of shared "
+                              "memory per block; cuda:%d has %d: use a shorter history or "
+                              "outputs = exact",
+                              (int)r->options.history, need, device, limit);
+}
+
 extern "C" ssm_status replay_cuda_create(replay_mode *r)
 {
     const ssm_services_v1 *s = r->services;
@@ -51,7 +76,7 @@ extern "C" ssm_status replay_cuda_create(replay_mode *r)
     r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
     if (!r->gpu->ring_start)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring starts");
-    return SSM_OK;
+    return check_identity_fits(r);
 }
 
 extern "C" void replay_cuda_destroy(replay_mode *r)
@@ -100,6 +125,10 @@ static ssm_status fold_rows(replay_mode *r, int32_t rows, const int32_t *slots, 
 extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
+    if (step->rows > 65535) /* before the fold, so a refused call changes nothing */
+        return r->services->error(r->services->core, SSM_ERR_INVALID_ARGUMENT,
+                                  "a batch of %d rows: the CUDA kernels take at most 65535",
+                                  step->rows);
     tile_args fold = ring_tile(r, step->rows, step->slots, step->layer);
     fold.history_mode = HISTORY_ALL;
     fold.store = STORE_FINAL;
