@@ -222,6 +222,35 @@ START_TEST(scalar_math_matches_fp64)
 }
 END_TEST
 
+/* The library's own exponential and log1p (kernels/math.h): the CPU and
+ * the GPU share them, so their accuracy is checked here once, over the
+ * whole range and the edges, against fp64. */
+START_TEST(exp_and_log1p_match_fp64)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ 0xe4fu);
+    for (int i = 0; i < 200000; i++) {
+        float x = (float)(191.7 * test_rng_uniform(&r) - 103.0); /* normal and subnormal results */
+        double want = exp((double)x);
+        if (want >= FLT_MIN)
+            check_close("ssm_expf", x, ssm_expf(x), want, 2);
+        else /* a subnormal result: within one step of the subnormal grid */
+            REQUIRE(fabs(ssm_expf(x) - want) <= 1.5 * 1.401298464e-45, "ssm_expf(%.9g) = %.9g, "
+                    "want %.9g", x, ssm_expf(x), want);
+        float y = (float)pow(10.0, 60.0 * test_rng_uniform(&r) - 40.0); /* 1e-40 .. 1e20 */
+        check_close("ssm_log1pf", y, ssm_log1pf(y), log1p((double)y), 6);
+    }
+    ck_assert(ssm_expf(0.0f) == 1.0f);
+    ck_assert(ssm_expf(-200.0f) == 0.0f);
+    ck_assert(isinf(ssm_expf(89.0f)) && ssm_expf(89.0f) > 0);
+    ck_assert(isnan(ssm_expf(NAN)) && isnan(ssm_log1pf(NAN)));
+    ck_assert(ssm_expf(-INFINITY) == 0.0f && isinf(ssm_expf(INFINITY)));
+    ck_assert(ssm_log1pf(0.0f) == 0.0f);
+    ck_assert(ssm_log1pf(1e-30f) == 1e-30f); /* 1 + y rounds to 1: log1p(y) = y */
+    ck_assert(isinf(ssm_log1pf(INFINITY)));
+}
+END_TEST
+
 /* ------------------------------------------------------ one layer, one run */
 
 enum gate_form { FORM_GDN, FORM_KDA, FORM_KDA_LOWER_BOUND, FORM_COUNT };
@@ -886,6 +915,7 @@ Suite *make_suite(void)
 
     tc = tcase_create("scalar math");
     tcase_add_test(tc, scalar_math_matches_fp64);
+    tcase_add_test(tc, exp_and_log1p_match_fp64);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fp64 with rounding points");
