@@ -124,7 +124,7 @@ static void print_row(const bench_row *r)
     else
         snprintf(op, sizeof op, "%s", op_name(r->op));
     printf("  %-10s %6d %5d  %-10.10s ", op, r->layers, r->batch,
-           r->op == BENCH_OP_COPY ? "-" : r->mode);
+           r->mode);
     if (r->error[0]) {
         printf("error: %s\n", r->error);
         return;

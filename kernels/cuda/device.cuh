@@ -26,6 +26,31 @@ __device__ __forceinline__ float load(const bf16 *p) { return ssm_bf16_to_f32(p-
 __device__ __forceinline__ void store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store(bf16 *p, float v) { p->bits = ssm_f32_to_bf16(v); }
 
+/* Four consecutive elements (16-byte aligned fp32, 8-byte aligned bf16),
+ * widened to fp32, and stored back with rounding. */
+__device__ __forceinline__ void load4(const float *p, float *v)
+{
+    float4 x = *(const float4 *)p;
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+__device__ __forceinline__ void load4(const bf16 *p, float *v)
+{
+    uint2 x = *(const uint2 *)p;
+    v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
+    v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
+}
+__device__ __forceinline__ void store4(float *p, const float *v)
+{
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(bf16 *p, const float *v)
+{
+    uint2 x;
+    x.x = ssm_f32_to_bf16(v[0]) | ((uint32_t)ssm_f32_to_bf16(v[1]) << 16);
+    x.y = ssm_f32_to_bf16(v[2]) | ((uint32_t)ssm_f32_to_bf16(v[3]) << 16);
+    *(uint2 *)p = x;
+}
+
 /* v as an element of type E holds it (identity for fp32). */
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/identity.cuh"
@@ -27,7 +28,17 @@ struct gpu_common {
     float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
+    int32_t rows_per_lane; /* the tile kernels' RPL (tile.cuh): 1 or 2, never a bit of a result */
 };
+
+/* The tile kernels' rows per lane, read once at create: 2, or 1 when the
+ * environment sets SSMSTATE_TILE_RPL=1 (a benchmark knob, docs/bench.md).
+ * It spreads rows over warps differently and changes no bit of a result. */
+inline int32_t tile_rows_per_lane()
+{
+    const char *v = getenv("SSMSTATE_TILE_RPL");
+    return v && v[0] == '1' && !v[1] ? 1 : 2;
+}
 
 /* Bytes per slot of the token scratch and q buffer. */
 inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
@@ -52,6 +63,7 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.state_dtype = p->state_dtype;
     g.act_dtype = p->activation_dtype;
     g.state_elems = (int64_t)p->model.value_heads * p->model.value_dim * p->model.key_dim;
+    g.rows_per_lane = tile_rows_per_lane();
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -185,14 +197,33 @@ inline void tile_step_tokens(tile_args &a, const ssm_step_v1 *step)
     a.out = step->io.out;
 }
 
-template <class State, class Act>
-inline void launch_tile_typed(const tile_args &a, dim3 grid, cudaStream_t st)
+template <int E, bool KDA, class State, class Act>
+inline void launch_tile_rpl(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
 {
     dim3 block(32 * SSM_TILE_WARPS);
+    dim3 grid(jobs * (unsigned)tiles_per_head(a.d.V, rpl), a.d.HV);
+    if (rpl == 2)
+        tile_kernel<E, 2, KDA, State, Act><<<grid, block, 0, st>>>(a);
+    else
+        tile_kernel<E, 1, KDA, State, Act><<<grid, block, 0, st>>>(a);
+}
+
+template <int E, class State, class Act>
+inline void launch_tile_kind(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
+{
+    if (a.d.kda)
+        launch_tile_rpl<E, true, State, Act>(a, rpl, jobs, st);
+    else
+        launch_tile_rpl<E, false, State, Act>(a, rpl, jobs, st);
+}
+
+template <class State, class Act>
+inline void launch_tile_typed(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
+{
     switch (a.d.K) {
-    case 32: tile_kernel<1, State, Act><<<grid, block, 0, st>>>(a); break;
-    case 64: tile_kernel<2, State, Act><<<grid, block, 0, st>>>(a); break;
-    default: tile_kernel<4, State, Act><<<grid, block, 0, st>>>(a); break;
+    case 32: launch_tile_kind<4, State, Act>(a, rpl, jobs, st); break;
+    case 64: launch_tile_kind<8, State, Act>(a, rpl, jobs, st); break;
+    default: launch_tile_kind<16, State, Act>(a, rpl, jobs, st); break;
     }
 }
 
@@ -202,22 +233,20 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    int64_t blocks = tiles_per_head(a.d.V) * jobs;
-    if (blocks > 0x7fffffff)
+    if (tiles_per_head(a.d.V, 1) * jobs > 0x7fffffff)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "%lld rows x layers is more than one launch of the recurrence takes",
                         (long long)jobs);
-    dim3 grid((unsigned)blocks, a.d.HV);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)
-        launch_tile_typed<bf16, bf16>(a, grid, st);
+        launch_tile_typed<bf16, bf16>(a, g.rows_per_lane, (unsigned)jobs, st);
     else if (bf16_state)
-        launch_tile_typed<bf16, float>(a, grid, st);
+        launch_tile_typed<bf16, float>(a, g.rows_per_lane, (unsigned)jobs, st);
     else if (bf16_act)
-        launch_tile_typed<float, bf16>(a, grid, st);
+        launch_tile_typed<float, bf16>(a, g.rows_per_lane, (unsigned)jobs, st);
     else
-        launch_tile_typed<float, float>(a, grid, st);
+        launch_tile_typed<float, float>(a, g.rows_per_lane, (unsigned)jobs, st);
     return launch_status(s, "recurrence kernel");
 }
 
@@ -254,28 +283,37 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
 {
     if (a.rows == 0)
         return SSM_OK;
-    dim3 grid((unsigned)(tiles_per_head(a.d.V) * a.rows), a.d.HV);
-    dim3 block(32 * SSM_TILE_WARPS);
-    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.kda);
+    dim3 grid((unsigned)a.rows, a.d.HV);
+    dim3 block(32 * SSM_IDENTITY_WARPS);
+    size_t shared =
+        identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.V, a.d.kda);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-#define SSM_IDENTITY(KPL)                                                                     \
+#define SSM_IDENTITY(E, KDA)                                                                  \
     do {                                                                                      \
         if (bf16_act) {                                                                       \
-            cudaFuncSetAttribute(identity_kernel<KPL, bf16>,                                  \
+            cudaFuncSetAttribute(identity_kernel<E, KDA, bf16>,                               \
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
-            identity_kernel<KPL, bf16><<<grid, block, shared, st>>>(a);                       \
+            identity_kernel<E, KDA, bf16><<<grid, block, shared, st>>>(a);                    \
         } else {                                                                              \
-            cudaFuncSetAttribute(identity_kernel<KPL, float>,                                 \
+            cudaFuncSetAttribute(identity_kernel<E, KDA, float>,                              \
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
-            identity_kernel<KPL, float><<<grid, block, shared, st>>>(a);                      \
+            identity_kernel<E, KDA, float><<<grid, block, shared, st>>>(a);                   \
         }                                                                                     \
     } while (0)
+#define SSM_IDENTITY_KIND(E)                                                                  \
+    do {                                                                                      \
+        if (a.d.kda)                                                                          \
+            SSM_IDENTITY(E, true);                                                            \
+        else                                                                                  \
+            SSM_IDENTITY(E, false);                                                           \
+    } while (0)
     switch (a.d.K) {
-    case 32: SSM_IDENTITY(1); break;
-    case 64: SSM_IDENTITY(2); break;
-    default: SSM_IDENTITY(4); break;
+    case 32: SSM_IDENTITY_KIND(4); break;
+    case 64: SSM_IDENTITY_KIND(8); break;
+    default: SSM_IDENTITY_KIND(16); break;
     }
+#undef SSM_IDENTITY_KIND
 #undef SSM_IDENTITY
     return launch_status(s, "replay identity kernel");
 }

@@ -109,30 +109,6 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot)
     return p;
 }
 
-/* Four consecutive elements of an activation tensor, widened. */
-__device__ __forceinline__ void load4(const float *p, float (&v)[4])
-{
-    float4 x = *(const float4 *)p;
-    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-}
-__device__ __forceinline__ void load4(const bf16 *p, float (&v)[4])
-{
-    uint2 x = *(const uint2 *)p;
-    v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
-    v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
-}
-__device__ __forceinline__ void store4(float *p, const float (&v)[4])
-{
-    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void store4(bf16 *p, const float (&v)[4])
-{
-    uint2 x;
-    x.x = ssm_f32_to_bf16(v[0]) | ((uint32_t)ssm_f32_to_bf16(v[1]) << 16);
-    x.y = ssm_f32_to_bf16(v[2]) | ((uint32_t)ssm_f32_to_bf16(v[3]) << 16);
-    *(uint2 *)p = x;
-}
-
 /* The conv of channels [4e, 4e + 4) for the row's n tokens, and the
  * normalization of their head: a head of K channels is K / 4 consecutive
  * lanes of one warp, whose sum of squares is a butterfly over those lanes

@@ -1,18 +1,24 @@
 /* The one-token update of SPEC 2.2 step 4 on the GPU, and the kernel every
  * mode runs it through.
  *
- * A block owns a tile of TILE_ROWS value rows of one value head of one
- * (slot, layer): 4 warps of ROWS_PER_WARP rows; lane l holds key channels
- * [l * KPL, (l + 1) * KPL) of each row in registers (K = 32 * KPL). A warp
- * issues all its rows' loads at once (4 x 512 bytes for an fp32 head of
- * K = 128). The kernel is bound by instruction issue and latency, not yet by
- * bytes: see bench/results/2026-11-29-gpu-h200.md. Per token: decay, recall (warp sum), delta, output (warp
- * sum) from the fp32 state, then rounding to the state dtype. The products
- * accumulate through fmaf: one rounding per term, the same on every mode's
- * path (the CPU reference rounds twice; SPEC 3.5 compares CPU and GPU by
- * tolerance for that reason). Native's verify and decode,
- * compact's verify and commit, replay's folds and its exact outputs all call
- * tile_token() with this layout, so they produce the same bits (SPEC 3.5).
+ * Layout. SSM_ROW_LANES (8) lanes share one value row: lane `sub` of the
+ * row holds the E = K / 8 key channels lane_channel(sub, j), chunks of four
+ * consecutive channels 32 apart, so each load of a chunk is 8 x 16 bytes
+ * of one row (fp32) and a warp's load covers four rows. A warp runs four
+ * rows at once, RPL times over (rows per lane); a block is SSM_TILE_WARPS
+ * warps, a tile of tile_rows(RPL) rows of one value head of one (slot,
+ * layer). The dot products of a row accumulate in each lane (two fmaf
+ * chains, even and odd elements) and then over the row's 8 lanes by a
+ * butterfly (group_sum), so a row costs three shuffles per sum and the
+ * order of every sum is fixed by the row layout alone: RPL and the tile
+ * size change how rows are spread over warps, never a bit of a result.
+ *
+ * Per token: decay, recall, delta, output from the fp32 state, then
+ * rounding to the state dtype. The products accumulate through fmaf: one
+ * rounding per term (the CPU reference rounds twice; SPEC 3.5 compares CPU
+ * and GPU by tolerance for that reason). Native's verify and decode,
+ * compact's verify and commit, replay's folds and its exact outputs all
+ * call tile_token() with this layout, so they produce the same bits.
  *
  * tile_kernel is one kernel for every such job, told by tile_args where the
  * state comes from, which records are applied first (a replay history),
@@ -25,190 +31,195 @@
 namespace ssm {
 
 #define SSM_TILE_WARPS 4
-#define SSM_ROWS_PER_WARP 4
-#define SSM_TILE_ROWS (SSM_TILE_WARPS * SSM_ROWS_PER_WARP)
+#define SSM_ROW_LANES 8                      /* lanes sharing one value row */
+#define SSM_WARP_ROWS (32 / SSM_ROW_LANES)   /* rows a warp runs at once */
 
-/* --------------------------------------------------------- row load/store */
-
-template <int KPL> __device__ __forceinline__ void load_row(const float *p, float (&s)[KPL])
+/* Rows of one tile (one block) at RPL rows per lane. */
+__host__ __device__ constexpr int32_t tile_rows(int32_t rpl)
 {
-    if constexpr (KPL == 4) {
-        float4 v = *(const float4 *)p;
-        s[0] = v.x, s[1] = v.y, s[2] = v.z, s[3] = v.w;
-    } else if constexpr (KPL == 2) {
-        float2 v = *(const float2 *)p;
-        s[0] = v.x, s[1] = v.y;
-    } else {
-        s[0] = *p;
-    }
+    return SSM_TILE_WARPS * SSM_WARP_ROWS * rpl;
 }
 
-template <int KPL> __device__ __forceinline__ void store_row(float *p, const float (&s)[KPL])
+/* Key channel of element j of the lane `sub` of its row. */
+__device__ __forceinline__ int32_t lane_channel(int32_t sub, int32_t j)
 {
-    if constexpr (KPL == 4)
-        *(float4 *)p = make_float4(s[0], s[1], s[2], s[3]);
-    else if constexpr (KPL == 2)
-        *(float2 *)p = make_float2(s[0], s[1]);
-    else
-        *p = s[0];
+    return (j >> 2) * 32 + sub * 4 + (j & 3);
 }
 
-template <int KPL> __device__ __forceinline__ void load_row(const bf16 *p, float (&s)[KPL])
+/* Sum over the SSM_ROW_LANES lanes of a row; each of them gets the same bits. */
+__device__ __forceinline__ float group_sum(float v)
 {
-    if constexpr (KPL == 4) {
-        uint2 v = *(const uint2 *)p;
-        s[0] = ssm_f32_from_bits(v.x << 16), s[1] = ssm_f32_from_bits(v.x & 0xffff0000u);
-        s[2] = ssm_f32_from_bits(v.y << 16), s[3] = ssm_f32_from_bits(v.y & 0xffff0000u);
-    } else if constexpr (KPL == 2) {
-        uint32_t v = *(const uint32_t *)p;
-        s[0] = ssm_f32_from_bits(v << 16), s[1] = ssm_f32_from_bits(v & 0xffff0000u);
-    } else {
-        s[0] = load(p);
-    }
+#pragma unroll
+    for (int offset = SSM_ROW_LANES / 2; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
 }
 
-template <int KPL> __device__ __forceinline__ void store_row(bf16 *p, const float (&s)[KPL])
+/* This lane's E channels of a length-K vector (a state row, k, q, a decay). */
+template <int E, class T>
+__device__ __forceinline__ void load_lane(const T *row, int32_t sub, float (&s)[E])
 {
-    if constexpr (KPL == 4) {
-        uint2 v;
-        v.x = ssm_f32_to_bf16(s[0]) | ((uint32_t)ssm_f32_to_bf16(s[1]) << 16);
-        v.y = ssm_f32_to_bf16(s[2]) | ((uint32_t)ssm_f32_to_bf16(s[3]) << 16);
-        *(uint2 *)p = v;
-    } else if constexpr (KPL == 2) {
-        *(uint32_t *)p = ssm_f32_to_bf16(s[0]) | ((uint32_t)ssm_f32_to_bf16(s[1]) << 16);
-    } else {
-        store(p, s[0]);
-    }
+#pragma unroll
+    for (int c = 0; c < E / 4; c++)
+        load4(row + c * 32 + sub * 4, s + c * 4);
+}
+
+template <int E, class T>
+__device__ __forceinline__ void store_lane(T *row, int32_t sub, const float (&s)[E])
+{
+#pragma unroll
+    for (int c = 0; c < E / 4; c++)
+        store4(row + c * 32 + sub * 4, s + c * 4);
 }
 
 /* ------------------------------------------------------------- the tile */
 
-template <int KPL, class State> struct head_tile {
-    float s[SSM_ROWS_PER_WARP][KPL];
-    int32_t row0; /* first value row of this warp */
-    int32_t lane;
+template <int E, int RPL, class State> struct head_tile {
+    float s[RPL][E];
+    int32_t row0; /* this lane's first value row; the others follow SSM_WARP_ROWS apart */
+    int32_t sub;  /* this lane's place in its row */
 };
 
-/* Rows of this warp that exist (V need not be a multiple of the tile). */
-template <int KPL, class State>
-__device__ __forceinline__ bool tile_row_valid(const head_tile<KPL, State> &t, const dims &d,
-                                               int i)
+/* The tile of this thread: rows of tile `tile` of a head, RPL per lane. */
+template <int E, int RPL, class State>
+__device__ __forceinline__ void tile_place(head_tile<E, RPL, State> &t, int32_t tile)
 {
-    return t.row0 + i < d.V;
+    int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    t.sub = lane % SSM_ROW_LANES;
+    t.row0 = tile * tile_rows(RPL) + warp * SSM_WARP_ROWS * RPL + lane / SSM_ROW_LANES;
 }
 
-/* head points at [V][K] of one value head. */
-template <int KPL, class State>
-__device__ void tile_load(head_tile<KPL, State> &t, const dims &d, const State *head)
+template <int E, int RPL, class State>
+__device__ __forceinline__ int32_t tile_row(const head_tile<E, RPL, State> &t, int i)
+{
+    return t.row0 + i * SSM_WARP_ROWS;
+}
+
+/* head points at [V][K] of one value head; rows past V read as zero. */
+template <int E, int RPL, class State>
+__device__ __forceinline__ void tile_load(head_tile<E, RPL, State> &t, const dims &d,
+                                          const State *head)
 {
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++) {
-        if (tile_row_valid(t, d, i))
-            load_row<KPL>(head + (int64_t)(t.row0 + i) * d.K + t.lane * KPL, t.s[i]);
+    for (int i = 0; i < RPL; i++) {
+        int32_t row = tile_row(t, i);
+        if (row < d.V)
+            load_lane<E>(head + (int64_t)row * d.K, t.sub, t.s[i]);
         else
 #pragma unroll
-            for (int j = 0; j < KPL; j++)
+            for (int j = 0; j < E; j++)
                 t.s[i][j] = 0.0f;
     }
 }
 
-template <int KPL, class State>
-__device__ void tile_store(const head_tile<KPL, State> &t, const dims &d, State *head)
+template <int E, int RPL, class State>
+__device__ __forceinline__ void tile_store(const head_tile<E, RPL, State> &t, const dims &d,
+                                           State *head)
 {
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++)
-        if (tile_row_valid(t, d, i))
-            store_row<KPL>(head + (int64_t)(t.row0 + i) * d.K + t.lane * KPL, t.s[i]);
+    for (int i = 0; i < RPL; i++) {
+        int32_t row = tile_row(t, i);
+        if (row < d.V)
+            store_lane<E>(head + (int64_t)row * d.K, t.sub, t.s[i]);
+    }
 }
 
 /* What one token gives a value head: this lane's key channels of the
  * normalized k (and scaled q), the decay per channel (KDA) or one decay
- * (GDN, in decay[0]), beta, and this warp's rows of v. */
-template <int KPL> struct token_regs {
-    float k[KPL], q[KPL], decay[KPL];
+ * (GDN, in decay[0]), beta, and this lane's rows of v. */
+template <int E, int RPL, bool KDA> struct token_regs {
+    float k[E], q[E], decay[KDA ? E : 1];
     float beta;
-    float v[SSM_ROWS_PER_WARP];
+    float v[RPL];
 };
 
 /* Token inputs for value head h from a record, as the prologue prepared
  * them (k normalized, the decay e^g), and the normalized, scaled q from the
  * q buffer when the token has an output (q_head == NULL skips it). */
-template <int KPL, class Act>
-__device__ __forceinline__ void token_load(token_regs<KPL> &tk, const dims &d,
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const dims &d,
                                            const record_layout &lay, const uint8_t *record,
-                                           const float *q_head, int32_t h, int32_t row0, int lane)
+                                           const float *q_head, int32_t h,
+                                           const head_tile<E, RPL, State> &t)
 {
     int32_t key_head = h / d.group;
-    load_row<KPL>((const float *)(record + lay.k) + (int64_t)key_head * d.K + lane * KPL, tk.k);
+    load_lane<E>((const float *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
     if (q_head)
-        load_row<KPL>(q_head + (int64_t)key_head * d.K + lane * KPL, tk.q);
+        load_lane<E>(q_head + (int64_t)key_head * d.K, t.sub, tk.q);
     const float *decay = (const float *)(record + lay.decay);
-    if (d.kda)
-        load_row<KPL>(decay + (int64_t)h * d.K + lane * KPL, tk.decay);
+    if constexpr (KDA)
+        load_lane<E>(decay + (int64_t)h * d.K, t.sub, tk.decay);
     else
         tk.decay[0] = decay[h];
     tk.beta = ((const float *)(record + lay.beta))[h];
     const Act *v = (const Act *)(record + lay.v) + (int64_t)h * d.V;
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++)
-        tk.v[i] = row0 + i < d.V ? load(v + row0 + i) : 0.0f;
+    for (int i = 0; i < RPL; i++) {
+        int32_t row = tile_row(t, i);
+        tk.v[i] = row < d.V ? load(v + row) : 0.0f;
+    }
 }
 
-/* SPEC 2.2 step 4 on this warp's rows: decay, recall, delta; the output
+/* SPEC 2.2 step 4 on this lane's rows: decay, recall, delta; the output
  * o[i] = S_i . q from the fp32 state when `out`; then the state rounded to
  * the state dtype. The one update every mode runs. */
-template <int KPL, class State>
-__device__ __forceinline__ void tile_token(head_tile<KPL, State> &t, const dims &d,
-                                           const token_regs<KPL> &tk, bool out,
-                                           float (&o)[SSM_ROWS_PER_WARP])
+template <int E, int RPL, bool KDA, class State>
+__device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
+                                           const token_regs<E, RPL, KDA> &tk, bool out,
+                                           float (&o)[RPL])
 {
-    float acc[SSM_ROWS_PER_WARP];
+    float acc[RPL][2];
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++) {
-        acc[i] = 0.0f;
+    for (int i = 0; i < RPL; i++) {
+        acc[i][0] = acc[i][1] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < KPL; j++) {
-            t.s[i][j] *= d.kda ? tk.decay[j] : tk.decay[0];
-            acc[i] = fmaf(t.s[i][j], tk.k[j], acc[i]);
+        for (int j = 0; j < E; j++) {
+            t.s[i][j] *= tk.decay[KDA ? j : 0];
+            acc[i][j & 1] = fmaf(t.s[i][j], tk.k[j], acc[i][j & 1]);
         }
     }
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++) {
-        float u = tk.beta * (tk.v[i] - warp_sum(acc[i]));
-        acc[i] = 0.0f;
+    for (int i = 0; i < RPL; i++) {
+        float u = tk.beta * (tk.v[i] - group_sum(acc[i][0] + acc[i][1]));
+        acc[i][0] = acc[i][1] = 0.0f;
         if (out) {
 #pragma unroll
-            for (int j = 0; j < KPL; j++) {
+            for (int j = 0; j < E; j++) {
                 t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
-                acc[i] = fmaf(t.s[i][j], tk.q[j], acc[i]);
+                acc[i][j & 1] = fmaf(t.s[i][j], tk.q[j], acc[i][j & 1]);
             }
         } else {
 #pragma unroll
-            for (int j = 0; j < KPL; j++)
+            for (int j = 0; j < E; j++)
                 t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
         }
     }
     if (out) {
 #pragma unroll
-        for (int i = 0; i < SSM_ROWS_PER_WARP; i++)
-            o[i] = warp_sum(acc[i]);
+        for (int i = 0; i < RPL; i++)
+            o[i] = group_sum(acc[i][0] + acc[i][1]);
     }
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++)
+    for (int i = 0; i < RPL; i++)
 #pragma unroll
-        for (int j = 0; j < KPL; j++)
+        for (int j = 0; j < E; j++)
             t.s[i][j] = round_to((const State *)0, t.s[i][j]);
 }
 
-/* Writes this warp's outputs of value head h: lane i stores row i. */
-template <class Act>
-__device__ __forceinline__ void store_outputs(Act *out_head, const dims &d, int32_t row0,
-                                              int lane, const float (&o)[SSM_ROWS_PER_WARP])
+/* Writes this lane's rows of outputs of value head h (the first lane of each row). */
+template <int E, int RPL, class State, class Act>
+__device__ __forceinline__ void store_outputs(Act *out_head, const dims &d,
+                                              const head_tile<E, RPL, State> &t,
+                                              const float (&o)[RPL])
 {
+    if (t.sub != 0)
+        return;
 #pragma unroll
-    for (int i = 0; i < SSM_ROWS_PER_WARP; i++)
-        if (lane == i && row0 + i < d.V)
-            store(out_head + row0 + i, o[i]);
+    for (int i = 0; i < RPL; i++) {
+        int32_t row = tile_row(t, i);
+        if (row < d.V)
+            store(out_head + row, o[i]);
+    }
 }
 
 /* ------------------------------------------------------------- the job */
@@ -273,37 +284,35 @@ __device__ __forceinline__ State *state_head(const tile_args &a, int32_t slot, i
     return (State *)a.state + (index * a.d.HV + h) * head;
 }
 
-template <int KPL, class State, class Act>
-__device__ void apply_records(head_tile<KPL, State> &t, const tile_args &a, const uint8_t *base,
-                              const record_layout &lay, int32_t first, int32_t count, int32_t mask,
-                              int32_t h)
+/* Applies `count` records from first (ring index, masked) without outputs. */
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
+                              const uint8_t *base, const record_layout &lay, int32_t first,
+                              int32_t count, int32_t mask, int32_t h)
 {
-    token_regs<KPL> tk;
-    float unused[SSM_ROWS_PER_WARP];
-#pragma unroll
-    for (int j = 0; j < KPL; j++)
-        tk.q[j] = 0.0f;
+    token_regs<E, RPL, KDA> tk;
+    float unused[RPL];
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
-        token_load<KPL, Act>(tk, a.d, lay, record, (const float *)0, h, t.row0, t.lane);
-        tile_token<KPL, State>(t, a.d, tk, false, unused);
+        token_load<E, RPL, KDA, State, Act>(tk, a.d, lay, record, (const float *)0, h, t);
+        tile_token<E, RPL, KDA, State>(t, tk, false, unused);
     }
 }
 
-/* Value-row tiles of one head. */
-__host__ __device__ inline int32_t tiles_per_head(int32_t V)
+/* Value-row tiles of one head at RPL rows per lane. */
+__host__ __device__ inline int32_t tiles_per_head(int32_t V, int32_t rpl)
 {
-    return (V + SSM_TILE_ROWS - 1) / SSM_TILE_ROWS;
+    return (V + tile_rows(rpl) - 1) / tile_rows(rpl);
 }
 
-/* grid (tiles_per_head(V) * jobs, HV) with jobs = rows, or rows * layers
+/* grid (tiles_per_head(V, RPL) * jobs, HV) with jobs = rows, or rows * layers
  * when a.layer < 0 (x carries both, so no 65535 limit on jobs);
  * 32 * SSM_TILE_WARPS threads. */
-template <int KPL, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 5) tile_kernel(tile_args a)
+template <int E, int RPL, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 6 : 4) tile_kernel(tile_args a)
 {
     const dims &d = a.d;
-    int32_t tiles = tiles_per_head(d.V);
+    int32_t tiles = tiles_per_head(d.V, RPL);
     int32_t job = blockIdx.x / tiles, tile = blockIdx.x % tiles;
     int32_t r = a.layer < 0 ? job / a.layers : job;
     int32_t layer = a.layer < 0 ? job % a.layers : a.layer;
@@ -325,9 +334,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 5) tile_kernel(tile_args 
             return;
         }
     }
-    head_tile<KPL, State> t;
-    t.lane = threadIdx.x & 31;
-    t.row0 = tile * SSM_TILE_ROWS + (threadIdx.x >> 5) * SSM_ROWS_PER_WARP;
+    head_tile<E, RPL, State> t;
+    tile_place(t, tile);
     int32_t from = a.current ? a.current[slot] : 0;
     State *source = state_head<State>(a, slot, layer, from, h);
     tile_load(t, d, source);
@@ -340,7 +348,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 5) tile_kernel(tile_args 
     if (a.history_mode != HISTORY_NONE) {
         used = a.ring_n[cell];
         start = a.ring_start[cell];
-        apply_records<KPL, State, Act>(t, a, ring, a.ring_layout, start, used, a.ring_mask, h);
+        apply_records<E, RPL, KDA, State, Act>(t, a, ring, a.ring_layout, start, used, a.ring_mask, h);
         if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
@@ -357,21 +365,18 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 5) tile_kernel(tile_args 
                          : NULL;
     }
     const record_layout &lay = a.tok_in_ring ? a.ring_layout : a.tok_layout;
-    token_regs<KPL> tk;
-#pragma unroll
-    for (int j = 0; j < KPL; j++)
-        tk.q[j] = 0.0f;
-    float o[SSM_ROWS_PER_WARP];
+    token_regs<E, RPL, KDA> tk;
+    float o[RPL];
     for (int32_t i = 0; i < n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;
         const float *q = a.q ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K
                              : (const float *)0;
-        token_load<KPL, Act>(tk, d, lay, record, q, h, t.row0, t.lane);
-        tile_token<KPL, State>(t, d, tk, a.out != NULL, o);
+        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, q, h, t);
+        tile_token<E, RPL, KDA, State>(t, tk, a.out != NULL, o);
         if (a.out) {
             int64_t token = a.token_offsets ? (int64_t)a.token_offsets[r] + a.piece + i
                                             : (int64_t)r * a.tokens + i;
-            store_outputs((Act *)a.out + (token * d.HV + h) * d.V, d, t.row0, t.lane, o);
+            store_outputs((Act *)a.out + (token * d.HV + h) * d.V, d, t, o);
         }
         if (a.store == STORE_EACH)
             tile_store(t, d, state_head<State>(a, slot, layer, i, h));

@@ -51,7 +51,7 @@ static ssm_status check_identity_fits(replay_mode *r)
                                   "cannot read the device's shared memory size");
     const ssm_model_dims &m = r->params.model;
     int32_t T = r->params.max_tokens;
-    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim,
+    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim, m.value_dim,
                                         m.kind == SSM_MODEL_KDA);
     if (need <= (size_t)limit)
         return SSM_OK;
