@@ -68,9 +68,10 @@ typedef struct xworld {
     /* replay's config section */
     const char *section_names[1];
     int32_t section_lines[1], options_count[1];
-    ssm_mode_option options[2];
+    ssm_mode_option options[3];
     const ssm_mode_option *option_rows[1];
     char history_text[16];
+    int keep_ring;         /* replay with fold_rows = 0: decodes keep the ring */
     char desc[256];
     const char *op;
     int32_t step;
@@ -97,6 +98,9 @@ static void xworld_config(xworld *w, int side, ssm_config *c)
     /* exact is the default: leave it unsaid, so the default is what runs. */
     if (w->form != FORM_EXACT)
         w->options[n++] = (ssm_mode_option){"outputs", form_names[w->form], 0};
+    /* Half the worlds keep the default (few rows: decodes fold every step). */
+    if (w->keep_ring)
+        w->options[n++] = (ssm_mode_option){"fold_rows", "0", 0};
     w->section_names[0] = "replay";
     w->section_lines[0] = 0;
     w->options_count[0] = n;
@@ -126,6 +130,7 @@ static void xworld_open(xworld *w, uint64_t salt, ssm_model_kind kind, ssm_dtype
     }
     w->m.has_lower_bound = kind == SSM_MODEL_KDA && lower_bound;
     w->m.lower_bound = w->m.has_lower_bound ? -5.0f : 0.0f;
+    w->keep_ring = (int)((salt * 0x9e3779b97f4a7c15ull) >> 63);
     w->sd = sd;
     w->ad = ad;
     w->lanes = lanes;
@@ -139,12 +144,13 @@ static void xworld_open(xworld *w, uint64_t salt, ssm_model_kind kind, ssm_dtype
     w->bound = spec_bound_outputs(sd, ad);
     snprintf(w->history_text, sizeof w->history_text, "%d", w->history);
     snprintf(w->desc, sizeof w->desc,
-             "%s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T_max=%d%s%s%s%s",
+             "%s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T_max=%d%s%s%s%s%s",
              ssm_model_kind_name(kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
              w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
              ssm_dtype_name(sd), ssm_dtype_name(ad), w->t_max,
              with_replay ? " replay history=" : "", with_replay ? w->history_text : "",
-             with_replay ? " outputs=" : "", with_replay ? form_names[form] : "");
+             with_replay ? " outputs=" : "", with_replay ? form_names[form] : "",
+             with_replay && w->keep_ring ? " fold_rows=0" : "");
     for (int s = 0; s < w->sides; s++) {
         ssm_config c;
         xworld_config(w, s, &c);

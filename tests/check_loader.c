@@ -284,6 +284,30 @@ START_TEST(test_replay_old_outputs_name)
 }
 END_TEST
 
+START_TEST(test_replay_fold_rows)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nfold_rows = 70000\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:14: [replay] fold_rows:");
+    ck_assert_error_has("'70000' is not a row count (0 to 65535");
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nfold_rows = -1\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("'-1' is not a row count");
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nfold_rows = 0\n"),
+                     SSM_OK);
+    ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
+                                      "max_requests = 1\n"
+                                      "[replay]\nfold_rows = 256\n"),
+                     SSM_OK);
+}
+END_TEST
+
 START_TEST(test_good_replay_context)
 {
     ck_assert_int_eq(create_from_text("[state]\nmode = replay\nstate_dtype = f32\n"
@@ -321,6 +345,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_replay_history_not_power_of_two);
     tcase_add_test(contexts, test_replay_history_too_short);
     tcase_add_test(contexts, test_replay_old_outputs_name);
+    tcase_add_test(contexts, test_replay_fold_rows);
     tcase_add_test(contexts, test_good_replay_context);
     suite_add_tcase(s, contexts);
     return s;

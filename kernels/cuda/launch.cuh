@@ -283,10 +283,9 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
 {
     if (a.rows == 0)
         return SSM_OK;
-    dim3 grid((unsigned)a.rows, a.d.HV);
+    dim3 grid((unsigned)a.rows * (unsigned)identity_tiles(a.d.V), a.d.HV);
     dim3 block(32 * SSM_IDENTITY_WARPS);
-    size_t shared =
-        identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.V, a.d.kda);
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.kda);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
 #define SSM_IDENTITY(E, KDA)                                                                  \

@@ -124,10 +124,37 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
     const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    float window[WIDTH][4], weight[WIDTH][4], bias[4];
+    float window[WIDTH][4], weight[WIDTH][4], bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* Weights [D][W] and bias of the four channels: 16-byte loads when the
+     * caller's arrays are 16-byte aligned (at W = 4 one per channel instead
+     * of four scalar ones), scalar loads otherwise. */
+    const bool vector = ((uintptr_t)a.conv_weight & 15) == 0 &&
+                        ((uintptr_t)a.conv_bias & 15) == 0;
+    if (live && a.conv_bias) {
+        if (vector)
+            load4(a.conv_bias + c, bias);
+        else
 #pragma unroll
-    for (int ch = 0; ch < 4; ch++)
-        bias[ch] = live && a.conv_bias ? a.conv_bias[c + ch] : 0.0f;
+            for (int ch = 0; ch < 4; ch++)
+                bias[ch] = a.conv_bias[c + ch];
+    }
+    if (WIDTH == 4 && d.W == 4 && live && vector) {
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++) {
+            float w[4];
+            load4(a.conv_weight + (int64_t)(c + ch) * 4, w);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                weight[i][ch] = w[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                weight[i][ch] =
+                    live && i < d.W ? a.conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
+    }
 #pragma unroll
     for (int i = 0; i < WIDTH; i++) {
         if (live && i < keep)
@@ -136,9 +163,6 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
 #pragma unroll
             for (int ch = 0; ch < 4; ch++)
                 window[i][ch] = 0.0f;
-#pragma unroll
-        for (int ch = 0; ch < 4; ch++)
-            weight[i][ch] = live && i < d.W ? a.conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
     }
     const bool normalized = c < 2 * qk; /* q and k */
     const int lanes_per_head = d.K >> 2;
@@ -259,7 +283,7 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n
 /* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows), SSM_PREP_THREADS
  * threads; WIDTH >= the conv width. */
 template <int WIDTH, class Act>
-__global__ void __launch_bounds__(SSM_PREP_THREADS) prep_kernel(prep_args a)
+__global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
 {
     int32_t r = blockIdx.y;
     int32_t slot = a.slots[r];

@@ -125,27 +125,23 @@ __device__ __forceinline__ void tile_store(const head_tile<E, RPL, State> &t, co
 }
 
 /* What one token gives a value head: this lane's key channels of the
- * normalized k (and scaled q), the decay per channel (KDA) or one decay
- * (GDN, in decay[0]), beta, and this lane's rows of v. */
+ * normalized k, the decay per channel (KDA) or one decay (GDN, in
+ * decay[0]), beta, and this lane's rows of v. */
 template <int E, int RPL, bool KDA> struct token_regs {
-    float k[E], q[E], decay[KDA ? E : 1];
+    float k[E], decay[KDA ? E : 1];
     float beta;
     float v[RPL];
 };
 
 /* Token inputs for value head h from a record, as the prologue prepared
- * them (k normalized, the decay e^g), and the normalized, scaled q from the
- * q buffer when the token has an output (q_head == NULL skips it). */
+ * them (k normalized, the decay e^g). */
 template <int E, int RPL, bool KDA, class State, class Act>
 __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const dims &d,
                                            const record_layout &lay, const uint8_t *record,
-                                           const float *q_head, int32_t h,
-                                           const head_tile<E, RPL, State> &t)
+                                           int32_t h, const head_tile<E, RPL, State> &t)
 {
     int32_t key_head = h / d.group;
     load_lane<E>((const float *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
-    if (q_head)
-        load_lane<E>(q_head + (int64_t)key_head * d.K, t.sub, tk.q);
     const float *decay = (const float *)(record + lay.decay);
     if constexpr (KDA)
         load_lane<E>(decay + (int64_t)h * d.K, t.sub, tk.decay);
@@ -161,11 +157,13 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
 }
 
 /* SPEC 2.2 step 4 on this lane's rows: decay, recall, delta; the output
- * o[i] = S_i . q from the fp32 state when `out`; then the state rounded to
- * the state dtype. The one update every mode runs. */
+ * o[i] = S_i . q from the fp32 state when q (the token's normalized, scaled
+ * q of this key head) is not NULL; then the state rounded to the state
+ * dtype. The one update every mode runs. q is read only after the update,
+ * so k and q are never live together (fewer registers, more warps). */
 template <int E, int RPL, bool KDA, class State>
 __device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
-                                           const token_regs<E, RPL, KDA> &tk, bool out,
+                                           const token_regs<E, RPL, KDA> &tk, const float *q,
                                            float (&o)[RPL])
 {
     float acc[RPL][2];
@@ -181,20 +179,24 @@ __device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
 #pragma unroll
     for (int i = 0; i < RPL; i++) {
         float u = tk.beta * (tk.v[i] - group_sum(acc[i][0] + acc[i][1]));
-        acc[i][0] = acc[i][1] = 0.0f;
-        if (out) {
 #pragma unroll
-            for (int j = 0; j < E; j++) {
-                t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
-                acc[i][j & 1] = fmaf(t.s[i][j], tk.q[j], acc[i][j & 1]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < E; j++)
-                t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
-        }
+        for (int j = 0; j < E; j++)
+            t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
     }
-    if (out) {
+    if (q) {
+#pragma unroll
+        for (int i = 0; i < RPL; i++)
+            acc[i][0] = acc[i][1] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < E / 4; c++) {
+            float q4[4];
+            load4(q + c * 32 + t.sub * 4, q4);
+#pragma unroll
+            for (int i = 0; i < RPL; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j & 1] = fmaf(t.s[i][c * 4 + j], q4[j], acc[i][j & 1]);
+        }
 #pragma unroll
         for (int i = 0; i < RPL; i++)
             o[i] = group_sum(acc[i][0] + acc[i][1]);
@@ -230,7 +232,11 @@ enum history_mode {
      * (ring_folds) store the result into the checkpoint first (the fold). */
     HISTORY_STEP,
     /* Apply all n committed records (materialize, export, prefill). */
-    HISTORY_ALL
+    HISTORY_ALL,
+    /* Replay decode that folds every step: apply the n records and the
+     * step's token, store the checkpoint, and empty the ring (the last block
+     * of a (slot, layer) to finish moves its cursor, counted in fold_done). */
+    HISTORY_THROUGH
 };
 
 enum store_mode {
@@ -256,8 +262,9 @@ struct tile_args {
     const uint8_t *ring;
     int64_t ring_slot_stride, ring_layer_stride;
     record_layout ring_layout;
-    const int32_t *ring_n, *ring_start;
+    int32_t *ring_n, *ring_start;
     int32_t ring_mask, history;
+    int32_t *fold_done; /* HISTORY_THROUGH: [capacity][layers] block counts, 0 between steps */
     /* Tokens: record of token t at tok + slot * tok_slot_stride + layer *
      * tok_layer_stride + t * tok_layout.bytes, or in the ring after the
      * history (tok_in_ring). Count: `tokens`, the prefill row's length
@@ -294,8 +301,8 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
     float unused[RPL];
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
-        token_load<E, RPL, KDA, State, Act>(tk, a.d, lay, record, (const float *)0, h, t);
-        tile_token<E, RPL, KDA, State>(t, tk, false, unused);
+        token_load<E, RPL, KDA, State, Act>(tk, a.d, lay, record, h, t);
+        tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused);
     }
 }
 
@@ -309,7 +316,7 @@ __host__ __device__ inline int32_t tiles_per_head(int32_t V, int32_t rpl)
  * when a.layer < 0 (x carries both, so no 65535 limit on jobs);
  * 32 * SSM_TILE_WARPS threads. */
 template <int E, int RPL, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 6 : 4) tile_kernel(tile_args a)
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 8 : 6) tile_kernel(tile_args a)
 {
     const dims &d = a.d;
     int32_t tiles = tiles_per_head(d.V, RPL);
@@ -369,10 +376,11 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 6 : 4) tile_ke
     float o[RPL];
     for (int32_t i = 0; i < n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;
-        const float *q = a.q ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K
-                             : (const float *)0;
-        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, q, h, t);
-        tile_token<E, RPL, KDA, State>(t, tk, a.out != NULL, o);
+        const float *q = a.out ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K +
+                                     (int64_t)(h / d.group) * d.K
+                               : (const float *)0;
+        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
+        tile_token<E, RPL, KDA, State>(t, tk, q, o);
         if (a.out) {
             int64_t token = a.token_offsets ? (int64_t)a.token_offsets[r] + a.piece + i
                                             : (int64_t)r * a.tokens + i;
@@ -385,6 +393,20 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 6 : 4) tile_ke
         tile_store(t, d, source);
     else if (a.store == STORE_DST)
         tile_store(t, d, (State *)a.dst + (int64_t)h * d.V * d.K);
+    if (a.history_mode == HISTORY_THROUGH) {
+        /* Every block of the cell read the cursor above; the last one to
+         * get here moves it past the folded records and the step's. */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            int32_t blocks = tiles * (int32_t)gridDim.y;
+            if (atomicAdd(a.fold_done + cell, 1) == blocks - 1) {
+                a.ring_start[cell] = (start + used + n_tokens) & a.ring_mask;
+                a.ring_n[cell] = 0;
+                a.fold_done[cell] = 0;
+            }
+        }
+    }
 }
 
 } /* namespace ssm */

@@ -17,6 +17,12 @@
 /* Past this the history outweighs the state it saves at any real shape
  * (Qwen3-Next: 72 records are as large as the 2 MiB state). */
 #define REPLAY_MAX_HISTORY 1024
+/* Decodes of at most this many rows fold every step unless [replay]
+ * fold_rows says otherwise: measured on the H200, the fold-free decode only
+ * pays once the batch is large enough to be bound by bytes, not latency
+ * (bench/results/, docs/modes.md). */
+#define REPLAY_DEFAULT_FOLD_ROWS 8
+#define REPLAY_MAX_FOLD_ROWS 65535
 
 /* ------------------------------------------------------------- options */
 
@@ -85,9 +91,14 @@ static ssm_status read_options(const ssm_mode_params_v1 *p, replay_options *o,
                 return reject(why, why_len, bad_option, i,
                               "'%s' is not an output form (allowed: exact, identity, matrix)",
                               value);
+        } else if (!strcmp(key, "fold_rows")) {
+            if (!parse_count(value, &o->fold_rows) || o->fold_rows > REPLAY_MAX_FOLD_ROWS)
+                return reject(why, why_len, bad_option, i,
+                              "'%s' is not a row count (0 to %d; 0 never folds early)", value,
+                              REPLAY_MAX_FOLD_ROWS);
         } else {
             return reject(why, why_len, bad_option, i,
-                          "unknown key (the replay mode takes: history, outputs)");
+                          "unknown key (the replay mode takes: history, outputs, fold_rows)");
         }
     }
     return SSM_OK;
@@ -102,6 +113,7 @@ static ssm_status parse_options(const ssm_mode_params_v1 *p, replay_options *o, 
     int32_t history_option = -1, outputs_option = -1;
     o->history = REPLAY_DEFAULT_HISTORY;
     o->outputs = REPLAY_OUTPUTS_EXACT;
+    o->fold_rows = REPLAY_DEFAULT_FOLD_ROWS;
     *bad_option = -1;
     ssm_status status =
         read_options(p, o, &history_option, &outputs_option, why, why_len, bad_option);
@@ -219,7 +231,7 @@ static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
                         (uint64_t)p->max_tokens * sizeof(ssm_ref_token);
 #ifdef HAVE_CUDA
     if (p->device.type == SSM_DEVICE_CUDA)
-        out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts */
+        out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts, fold counters */
 #endif
     return SSM_OK;
 }

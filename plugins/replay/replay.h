@@ -38,6 +38,10 @@ typedef enum replay_outputs {
 typedef struct replay_options {
     int32_t history;        /* L: records per (slot, layer), a power of two >= 2 T_max */
     replay_outputs outputs; /* how outputs are computed */
+    /* A decode of at most this many rows folds its own token into the
+     * checkpoint (the ring stays empty): at small batch sizes a step's cost
+     * is latency, and a fold-every-step decode is native's in-place update. */
+    int32_t fold_rows;
 } replay_options;
 
 typedef struct replay_mode {

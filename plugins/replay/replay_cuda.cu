@@ -23,13 +23,14 @@ struct replay_gpu {
     gpu_common common;
     record_layout ring;  /* one replay record */
     int32_t *ring_start; /* [capacity][layers] */
+    int32_t *fold_done;  /* [capacity][layers]: a folding decode's finished blocks, 0 between steps */
 };
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
 
 extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
-    return gpu_scratch_bytes(p) + (size_t)p->model.layers * sizeof(int32_t); /* + ring start */
+    return gpu_scratch_bytes(p) + 2 * (size_t)p->model.layers * sizeof(int32_t); /* + start, count */
 }
 
 extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
@@ -51,7 +52,7 @@ static ssm_status check_identity_fits(replay_mode *r)
                                   "cannot read the device's shared memory size");
     const ssm_model_dims &m = r->params.model;
     int32_t T = r->params.max_tokens;
-    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim, m.value_dim,
+    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim,
                                         m.kind == SSM_MODEL_KDA);
     if (need <= (size_t)limit)
         return SSM_OK;
@@ -74,8 +75,11 @@ extern "C" ssm_status replay_cuda_create(replay_mode *r)
     r->gpu->ring = make_record_layout(r->params.model, G(r).act_size, true);
     size_t cells = (size_t)r->params.capacity * r->params.model.layers;
     r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
-    if (!r->gpu->ring_start)
-        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring starts");
+    r->gpu->fold_done = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
+    if (!r->gpu->ring_start || !r->gpu->fold_done)
+        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring cursors");
+    if (cudaMemset(r->gpu->fold_done, 0, cells * sizeof(int32_t)) != cudaSuccess)
+        return s->error(s->core, SSM_ERR_DEVICE, "create: cannot clear the fold counters");
     return check_identity_fits(r);
 }
 
@@ -85,6 +89,7 @@ extern "C" void replay_cuda_destroy(replay_mode *r)
         return;
     gpu_common_destroy(G(r), r->services);
     r->services->release(r->services->core, r->gpu->ring_start);
+    r->services->release(r->services->core, r->gpu->fold_done);
     r->services->release_host(r->services->core, r->gpu);
     r->gpu = NULL;
 }
@@ -142,11 +147,13 @@ extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *ste
                         : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->services);
 }
 
-extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
+/* The step's prologue, its records appended to the ring after the history;
+ * `stage` as prep_args takes it. */
+static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_args &ta,
+                            bool stage)
 {
     gpu_common &g = G(r);
-    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    prep_args pa = prep_for(g, step, r->conv, true);
+    prep_args pa = prep_for(g, step, r->conv, stage);
     pa.records = r->records;
     pa.slot_stride = ta.ring_slot_stride;
     pa.layer_stride = ta.ring_layer_stride;
@@ -155,7 +162,14 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
     pa.ring_start = r->gpu->ring_start;
     pa.ring_mask = ta.ring_mask;
     pa.history = ta.history;
-    ssm_status st = launch_prep(g, pa, step->stream, r->services);
+    return launch_prep(g, pa, step->stream, r->services);
+}
+
+extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
+    ssm_status st = ring_prep(r, step, ta, true);
     if (st != SSM_OK)
         return st;
     tile_step_tokens(ta, step);
@@ -168,9 +182,30 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
     return launch_identity(g, ta, step->stream, r->services);
 }
 
+/* A decode that folds: the window advances in place, the token's record
+ * goes after the history, and one tile job applies history and token to
+ * the checkpoint, writes the outputs (native's bits) and empties the ring.
+ * Two launches, like native's decode, and no commit. */
+static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
+    ssm_status st = ring_prep(r, step, ta, false);
+    if (st != SSM_OK)
+        return st;
+    tile_step_tokens(ta, step);
+    ta.tok_in_ring = true;
+    ta.history_mode = HISTORY_THROUGH;
+    ta.store = STORE_FINAL;
+    ta.fold_done = r->gpu->fold_done;
+    return launch_tile(g, ta, step->stream, r->services);
+}
+
 extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
+    if (step->rows <= r->options.fold_rows)
+        return decode_folding(r, step);
     ssm_status st = replay_cuda_verify(r, step);
     if (st != SSM_OK)
         return st;

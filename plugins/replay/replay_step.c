@@ -130,11 +130,14 @@ ssm_status replay_decode(void *instance, const ssm_step_v1 *step)
     if (replay_on_gpu(r))
         return replay_cuda_decode(r, step);
 #endif
+    int fold = step->rows <= r->options.fold_rows;
     for (int32_t row = 0; row < step->rows; row++) {
         if (step->slots[row] < 0)
             continue;
         step_row(r, step, row, 1);
         commit_layer(r, step->slots[row], step->layer, 1);
+        if (fold)
+            replay_fold(r, step->slots[row], step->layer);
     }
     return SSM_OK;
 }

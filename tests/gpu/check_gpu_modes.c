@@ -421,10 +421,11 @@ static const ssm_dtype dtypes[][2] = {
 #define DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 static const variant variants[] = {
-    {"native", 0},
-    {"compact", 0},
-    {"replay", 0}, /* outputs = exact (the default) */
-    {"replay", 1}, /* outputs = identity: fp32 state only */
+    {"native", 0, 0},
+    {"compact", 0, 0},
+    {"replay", 0, 0}, /* outputs = exact (the default), decode keeps the ring */
+    {"replay", 0, 1}, /* exact, decodes fold every step (the default at few rows) */
+    {"replay", 1, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 

@@ -59,6 +59,8 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
         sd->options[n++] = (ssm_mode_option){"history", HISTORY, 0};
         if (w->v.identity)
             sd->options[n++] = (ssm_mode_option){"outputs", "identity", 0};
+        if (!w->v.fold_every_step)
+            sd->options[n++] = (ssm_mode_option){"fold_rows", "0", 0};
         sd->section_names[0] = "replay";
         sd->section_lines[0] = 0;
         sd->options_count[0] = n;
@@ -82,14 +84,17 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
 static void world_describe(world *w, const char *what)
 {
     snprintf(w->desc, sizeof w->desc,
-             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s mode=%s%s%s", what,
+             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s mode=%s%s%s%s", what,
              ssm_model_kind_name(w->m.kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
              w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
              ssm_dtype_name(w->sd), ssm_dtype_name(w->ad), w->v.mode,
              strcmp(w->v.mode, "replay") ? "" : " history=" HISTORY,
              strcmp(w->v.mode, "replay") ? ""
              : w->v.identity             ? " outputs=identity"
-                                         : " outputs=exact");
+                                         : " outputs=exact",
+             strcmp(w->v.mode, "replay") ? ""
+             : w->v.fold_every_step      ? " fold_rows=default"
+                                         : " fold_rows=0");
 }
 
 /* The shared part of opening: seed, shape, stream, weights on both sides. */

@@ -32,10 +32,13 @@
 #define MAX_MESSAGES 6 /* failure reasons printed per case */
 
 /* The mode under test: replay with `[replay] outputs = identity` or the
- * default (exact); replay always with history HISTORY. */
+ * default (exact); replay always with history HISTORY, and with
+ * `fold_rows = 0` (decode keeps the ring) unless fold_every_step asks for
+ * the default (decodes of the test's few rows fold every step). */
 typedef struct variant {
     const char *mode;
     int identity;
+    int fold_every_step;
 } variant;
 
 typedef struct setup {
@@ -55,7 +58,7 @@ typedef struct side {
     /* its [replay] section */
     const char *section_names[1];
     int32_t section_lines[1], options_count[1];
-    ssm_mode_option options[2];
+    ssm_mode_option options[3];
     const ssm_mode_option *option_rows[1];
 } side;
 
