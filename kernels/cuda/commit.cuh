@@ -29,15 +29,29 @@ struct commit_args {
     uint32_t *flags;
 };
 
-/* grid (ceil(D / SSM_PREP_THREADS), rows, layers committed), SSM_PREP_THREADS threads. */
-template <class Act>
+/* Four consecutive channels of the conv buffer as raw bits (8 bytes of
+ * bf16, 16 of fp32): the commit moves them without arithmetic. */
+template <class Act> struct conv4;
+template <> struct conv4<bf16> {
+    typedef uint2 bits;
+};
+template <> struct conv4<float> {
+    typedef uint4 bits;
+};
+
+/* grid (ceil(D / 4 / SSM_PREP_THREADS), rows, layers committed),
+ * SSM_PREP_THREADS threads; each thread moves four channels. WIDTH >= the
+ * conv width: the kept rows are all loaded before any is stored, so their
+ * latencies overlap and no row is overwritten before it is read. */
+template <int WIDTH, class Act>
 __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
 {
+    typedef typename conv4<Act>::bits bits;
     int32_t r = blockIdx.y;
     int32_t layer = a.layer_first + blockIdx.z;
     int32_t slot = a.slots[r];
-    int32_t c = blockIdx.x * blockDim.x + threadIdx.x;
-    bool reporter = c == 0 && blockIdx.z == 0;
+    int32_t e = blockIdx.x * blockDim.x + threadIdx.x, c = 4 * e;
+    bool reporter = e == 0 && blockIdx.z == 0;
     if (!slot_is_live(slot, a.capacity, a.flags, reporter))
         return;
     int32_t accepted = a.accepted ? a.accepted[r] : 1;
@@ -47,7 +61,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
         /* A replay step that folded has already stored the checkpoint: drop
          * the folded records, so the slot stays at its state before the
          * verify instead of applying them twice later. */
-        if (c == 0 && a.ring_n) {
+        if (e == 0 && a.ring_n) {
             int64_t cell = (int64_t)slot * a.layers + layer;
             int32_t used = a.ring_n[cell];
             if (ring_folds(used, a.tokens, a.max_tokens, a.history)) {
@@ -58,12 +72,19 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
         return;
     }
     if (c < a.d.D) {
-        /* Ascending rows: row i reads row accepted + i > i, not yet written. */
+        /* The window becomes rows [accepted, accepted + W - 1) of the buffer. */
         Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + layer) * a.conv_rows * a.d.D;
-        for (int32_t i = 0; i < a.d.W - 1; i++)
-            buffer[(int64_t)i * a.d.D + c] = buffer[(int64_t)(accepted + i) * a.d.D + c];
+        bits kept[WIDTH];
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+            if (i < a.d.W - 1)
+                kept[i] = *(const bits *)(buffer + (int64_t)(accepted + i) * a.d.D + c);
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+            if (i < a.d.W - 1)
+                *(bits *)(buffer + (int64_t)i * a.d.D + c) = kept[i];
     }
-    if (c != 0)
+    if (e != 0)
         return;
     if (a.current && blockIdx.z == 0)
         a.current[slot] = accepted - 1;

@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
-#include <stdlib.h>
 
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/identity.cuh"
@@ -28,17 +27,7 @@ struct gpu_common {
     float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
-    int32_t rows_per_lane; /* the tile kernels' RPL (tile.cuh): 1 or 2, never a bit of a result */
 };
-
-/* The tile kernels' rows per lane, read once at create: 2, or 1 when the
- * environment sets SSMSTATE_TILE_RPL=1 (a benchmark knob, docs/bench.md).
- * It spreads rows over warps differently and changes no bit of a result. */
-inline int32_t tile_rows_per_lane()
-{
-    const char *v = getenv("SSMSTATE_TILE_RPL");
-    return v && v[0] == '1' && !v[1] ? 1 : 2;
-}
 
 /* Bytes per slot of the token scratch and q buffer. */
 inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
@@ -63,7 +52,6 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.state_dtype = p->state_dtype;
     g.act_dtype = p->activation_dtype;
     g.state_elems = (int64_t)p->model.value_heads * p->model.value_dim * p->model.key_dim;
-    g.rows_per_lane = tile_rows_per_lane();
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -198,32 +186,32 @@ inline void tile_step_tokens(tile_args &a, const ssm_step_v1 *step)
 }
 
 template <int E, bool KDA, class State, class Act>
-inline void launch_tile_rpl(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
+inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t st)
 {
     dim3 block(32 * SSM_TILE_WARPS);
-    dim3 grid(jobs * (unsigned)tiles_per_head(a.d.V, rpl), a.d.HV);
-    if (rpl == 2)
-        tile_kernel<E, 2, KDA, State, Act><<<grid, block, 0, st>>>(a);
+    dim3 grid(jobs * (unsigned)tiles_per_head(a.d.V, SSM_TILE_RPL), a.d.HV);
+    if (tile_min_blocks(a) == 4)
+        tile_kernel<E, 4, KDA, State, Act><<<grid, block, 0, st>>>(a);
     else
-        tile_kernel<E, 1, KDA, State, Act><<<grid, block, 0, st>>>(a);
+        tile_kernel<E, 6, KDA, State, Act><<<grid, block, 0, st>>>(a);
 }
 
 template <int E, class State, class Act>
-inline void launch_tile_kind(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
+inline void launch_tile_kind(const tile_args &a, unsigned jobs, cudaStream_t st)
 {
     if (a.d.kda)
-        launch_tile_rpl<E, true, State, Act>(a, rpl, jobs, st);
+        launch_tile_budget<E, true, State, Act>(a, jobs, st);
     else
-        launch_tile_rpl<E, false, State, Act>(a, rpl, jobs, st);
+        launch_tile_budget<E, false, State, Act>(a, jobs, st);
 }
 
 template <class State, class Act>
-inline void launch_tile_typed(const tile_args &a, int32_t rpl, unsigned jobs, cudaStream_t st)
+inline void launch_tile_typed(const tile_args &a, unsigned jobs, cudaStream_t st)
 {
     switch (a.d.K) {
-    case 32: launch_tile_kind<4, State, Act>(a, rpl, jobs, st); break;
-    case 64: launch_tile_kind<8, State, Act>(a, rpl, jobs, st); break;
-    default: launch_tile_kind<16, State, Act>(a, rpl, jobs, st); break;
+    case 32: launch_tile_kind<4, State, Act>(a, jobs, st); break;
+    case 64: launch_tile_kind<8, State, Act>(a, jobs, st); break;
+    default: launch_tile_kind<16, State, Act>(a, jobs, st); break;
     }
 }
 
@@ -233,20 +221,20 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    if (tiles_per_head(a.d.V, 1) * jobs > 0x7fffffff)
+    if (tiles_per_head(a.d.V, SSM_TILE_RPL) * jobs > 0x7fffffff)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "%lld rows x layers is more than one launch of the recurrence takes",
                         (long long)jobs);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)
-        launch_tile_typed<bf16, bf16>(a, g.rows_per_lane, (unsigned)jobs, st);
+        launch_tile_typed<bf16, bf16>(a, (unsigned)jobs, st);
     else if (bf16_state)
-        launch_tile_typed<bf16, float>(a, g.rows_per_lane, (unsigned)jobs, st);
+        launch_tile_typed<bf16, float>(a, (unsigned)jobs, st);
     else if (bf16_act)
-        launch_tile_typed<float, bf16>(a, g.rows_per_lane, (unsigned)jobs, st);
+        launch_tile_typed<float, bf16>(a, (unsigned)jobs, st);
     else
-        launch_tile_typed<float, float>(a, g.rows_per_lane, (unsigned)jobs, st);
+        launch_tile_typed<float, float>(a, (unsigned)jobs, st);
     return launch_status(s, "recurrence kernel");
 }
 
@@ -347,12 +335,17 @@ inline ssm_status launch_commit(const gpu_common &g, commit_args a, int32_t firs
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
     a.layer_first = first;
-    dim3 grid((a.d.D + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, count);
+    dim3 grid((a.d.D / 4 + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, count);
     cudaStream_t st = (cudaStream_t)stream;
-    if (g.act_dtype == SSM_DTYPE_BF16)
-        commit_kernel<bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16, narrow = a.d.W <= 4;
+    if (bf16_act && narrow)
+        commit_kernel<4, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else if (bf16_act)
+        commit_kernel<SSM_MAX_WIDTH, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    else if (narrow)
+        commit_kernel<4, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
     else
-        commit_kernel<float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+        commit_kernel<SSM_MAX_WIDTH, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
     return launch_status(s, "commit kernel");
 }
 

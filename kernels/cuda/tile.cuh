@@ -31,6 +31,7 @@
 namespace ssm {
 
 #define SSM_TILE_WARPS 4
+#define SSM_TILE_RPL 2 /* rows per lane of tile_kernel */
 #define SSM_ROW_LANES 8                      /* lanes sharing one value row */
 #define SSM_WARP_ROWS (32 / SSM_ROW_LANES)   /* rows a warp runs at once */
 
@@ -234,8 +235,9 @@ enum history_mode {
     /* Apply all n committed records (materialize, export, prefill). */
     HISTORY_ALL,
     /* Replay decode that folds every step: apply the n records and the
-     * step's token, store the checkpoint, and empty the ring (the last block
-     * of a (slot, layer) to finish moves its cursor, counted in fold_done). */
+     * step's token (from the token scratch), store the checkpoint, and empty
+     * the ring (the last block of a (slot, layer) to finish moves its
+     * cursor, counted in fold_done). */
     HISTORY_THROUGH
 };
 
@@ -306,18 +308,32 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
     }
 }
 
+/* Register budget of a tile job, as blocks per SM: a one-token job without
+ * history keeps its tile in 128 registers (4 blocks); a job that runs
+ * several tokens or records runs 6 blocks in 80 registers, more warps to
+ * hide each token's load latency (measured on the H200, docs/bench.md).
+ * Like rows per lane, it never changes a bit of a result. */
+__host__ __device__ inline int32_t tile_min_blocks(const tile_args &a)
+{
+    bool one_token = a.history_mode == HISTORY_NONE && a.tokens == 1 && !a.token_offsets &&
+                     !a.accepted;
+    return one_token ? 4 : 6;
+}
+
 /* Value-row tiles of one head at RPL rows per lane. */
 __host__ __device__ inline int32_t tiles_per_head(int32_t V, int32_t rpl)
 {
     return (V + tile_rows(rpl) - 1) / tile_rows(rpl);
 }
 
-/* grid (tiles_per_head(V, RPL) * jobs, HV) with jobs = rows, or rows * layers
- * when a.layer < 0 (x carries both, so no 65535 limit on jobs);
- * 32 * SSM_TILE_WARPS threads. */
-template <int E, int RPL, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 8 : 6) tile_kernel(tile_args a)
+/* grid (tiles_per_head(V, SSM_TILE_RPL) * jobs, HV) with jobs = rows, or
+ * rows * layers when a.layer < 0 (x carries both, so no 65535 limit on
+ * jobs); 32 * SSM_TILE_WARPS threads; at least MIN_BLOCKS blocks per SM
+ * (tile_min_blocks() picks it per job). */
+template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
 {
+    constexpr int RPL = SSM_TILE_RPL;
     const dims &d = a.d;
     int32_t tiles = tiles_per_head(d.V, RPL);
     int32_t job = blockIdx.x / tiles, tile = blockIdx.x % tiles;
@@ -401,7 +417,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, RPL == 1 ? 8 : 6) tile_ke
             __threadfence();
             int32_t blocks = tiles * (int32_t)gridDim.y;
             if (atomicAdd(a.fold_done + cell, 1) == blocks - 1) {
-                a.ring_start[cell] = (start + used + n_tokens) & a.ring_mask;
+                int32_t appended = a.tok_in_ring ? n_tokens : 0;
+                a.ring_start[cell] = (start + used + appended) & a.ring_mask;
                 a.ring_n[cell] = 0;
                 a.fold_done[cell] = 0;
             }

@@ -10,7 +10,12 @@
  * the n committed records and stores the checkpoint, and the commit then
  * starts the ring after them. The decision is made on the device
  * from n, the same way in prep, step and commit, so it needs no host sync
- * and survives graph replay. */
+ * and survives graph replay.
+ *
+ * A decode of at most [replay] fold_rows rows instead folds every step
+ * (decode_folding): at small batch sizes a step costs latency, not bytes,
+ * and that decode is native's two launches plus the ring's bookkeeping. The
+ * choice is the host's, from the row count alone. */
 #include "kernels/cuda/launch.cuh"
 
 extern "C" {
@@ -147,13 +152,12 @@ extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *ste
                         : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->services);
 }
 
-/* The step's prologue, its records appended to the ring after the history;
- * `stage` as prep_args takes it. */
-static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_args &ta,
-                            bool stage)
+/* A verify's prologue: inputs staged in the conv buffer, records appended
+ * to the ring after the history. */
+static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_args &ta)
 {
     gpu_common &g = G(r);
-    prep_args pa = prep_for(g, step, r->conv, stage);
+    prep_args pa = prep_for(g, step, r->conv, true);
     pa.records = r->records;
     pa.slot_stride = ta.ring_slot_stride;
     pa.layer_stride = ta.ring_layer_stride;
@@ -169,7 +173,7 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
 {
     gpu_common &g = G(r);
     tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    ssm_status st = ring_prep(r, step, ta, true);
+    ssm_status st = ring_prep(r, step, ta);
     if (st != SSM_OK)
         return st;
     tile_step_tokens(ta, step);
@@ -182,19 +186,19 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
     return launch_identity(g, ta, step->stream, r->services);
 }
 
-/* A decode that folds: the window advances in place, the token's record
- * goes after the history, and one tile job applies history and token to
- * the checkpoint, writes the outputs (native's bits) and empties the ring.
- * Two launches, like native's decode, and no commit. */
+/* A decode that folds: native's prologue (the window advances in place,
+ * the token's record goes to the token scratch), then one tile job applies
+ * the ring's history and the token to the checkpoint, writes the outputs
+ * (native's bits) and empties the ring. Two launches, like native's
+ * decode, and no commit. */
 static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
-    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    ssm_status st = ring_prep(r, step, ta, false);
+    ssm_status st = launch_prep(g, prep_for(g, step, r->conv, false), step->stream, r->services);
     if (st != SSM_OK)
         return st;
+    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
     tile_step_tokens(ta, step);
-    ta.tok_in_ring = true;
     ta.history_mode = HISTORY_THROUGH;
     ta.store = STORE_FINAL;
     ta.fold_done = r->gpu->fold_done;
