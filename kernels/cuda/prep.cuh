@@ -47,6 +47,12 @@ struct prep_args {
     int32_t ring_mask, history;
     float *q; /* [capacity][max_tokens][H][K]: normalized and scaled */
     uint32_t *flags;
+    /* Replay's folding decode (its records go to the token scratch): the
+     * first thread of each row moves the layer's ring cursor (start, n)
+     * from fold_start / fold_n into fold_taken[cell] and empties the ring,
+     * so the tile job after this kernel folds what was there. NULL: no. */
+    int32_t *fold_taken, *fold_n, *fold_start;
+    int32_t fold_mask;
 };
 
 /* Tokens of row r in this call (prefill rows can be shorter). */
@@ -290,6 +296,14 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (!slot_is_live(slot, a.capacity, a.flags, e == 0))
         return; /* the whole block: slot and n are the row's */
+    if (a.fold_taken && e == 0) {
+        int64_t cell = (int64_t)slot * a.layers + a.layer;
+        int32_t start = a.fold_start[cell], used = a.fold_n[cell];
+        a.fold_taken[2 * cell] = start;
+        a.fold_taken[2 * cell + 1] = used;
+        a.fold_start[cell] = (start + used) & a.fold_mask;
+        a.fold_n[cell] = 0;
+    }
     int32_t n = row_tokens(a, r);
     if (n == 0)
         return;

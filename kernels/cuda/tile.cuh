@@ -234,10 +234,9 @@ enum history_mode {
     HISTORY_STEP,
     /* Apply all n committed records (materialize, export, prefill). */
     HISTORY_ALL,
-    /* Replay decode that folds every step: apply the n records and the
-     * step's token (from the token scratch), store the checkpoint, and empty
-     * the ring (the last block of a (slot, layer) to finish moves its
-     * cursor, counted in fold_done). */
+    /* Replay decode that folds every step: apply the n records the
+     * prologue took out of the ring (fold_taken) and the step's token (from
+     * the token scratch), and store the checkpoint. */
     HISTORY_THROUGH
 };
 
@@ -264,9 +263,9 @@ struct tile_args {
     const uint8_t *ring;
     int64_t ring_slot_stride, ring_layer_stride;
     record_layout ring_layout;
-    int32_t *ring_n, *ring_start;
+    const int32_t *ring_n, *ring_start;
     int32_t ring_mask, history;
-    int32_t *fold_done; /* HISTORY_THROUGH: [capacity][layers] block counts, 0 between steps */
+    const int32_t *fold_taken; /* HISTORY_THROUGH: [capacity][layers] (start, n) */
     /* Tokens: record of token t at tok + slot * tok_slot_stride + layer *
      * tok_layer_stride + t * tok_layout.bytes, or in the ring after the
      * history (tok_in_ring). Count: `tokens`, the prefill row's length
@@ -315,8 +314,8 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
  * Like rows per lane, it never changes a bit of a result. */
 __host__ __device__ inline int32_t tile_min_blocks(const tile_args &a)
 {
-    bool one_token = a.history_mode == HISTORY_NONE && a.tokens == 1 && !a.token_offsets &&
-                     !a.accepted;
+    bool history = a.history_mode != HISTORY_NONE && a.history_mode != HISTORY_THROUGH;
+    bool one_token = !history && a.tokens == 1 && !a.token_offsets && !a.accepted;
     return one_token ? 4 : 6;
 }
 
@@ -368,9 +367,14 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
     const uint8_t *ring = a.ring ? a.ring + (int64_t)slot * a.ring_slot_stride +
                                        (int64_t)layer * a.ring_layer_stride
                                  : NULL;
-    if (a.history_mode != HISTORY_NONE) {
+    if (a.history_mode == HISTORY_THROUGH) {
+        start = a.fold_taken[2 * cell];
+        used = a.fold_taken[2 * cell + 1];
+    } else if (a.history_mode != HISTORY_NONE) {
         used = a.ring_n[cell];
         start = a.ring_start[cell];
+    }
+    if (a.history_mode != HISTORY_NONE) {
         apply_records<E, RPL, KDA, State, Act>(t, a, ring, a.ring_layout, start, used, a.ring_mask, h);
         if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
@@ -409,21 +413,6 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         tile_store(t, d, source);
     else if (a.store == STORE_DST)
         tile_store(t, d, (State *)a.dst + (int64_t)h * d.V * d.K);
-    if (a.history_mode == HISTORY_THROUGH) {
-        /* Every block of the cell read the cursor above; the last one to
-         * get here moves it past the folded records and the step's. */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            int32_t blocks = tiles * (int32_t)gridDim.y;
-            if (atomicAdd(a.fold_done + cell, 1) == blocks - 1) {
-                int32_t appended = a.tok_in_ring ? n_tokens : 0;
-                a.ring_start[cell] = (start + used + appended) & a.ring_mask;
-                a.ring_n[cell] = 0;
-                a.fold_done[cell] = 0;
-            }
-        }
-    }
 }
 
 } /* namespace ssm */

@@ -231,7 +231,7 @@ static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
                         (uint64_t)p->max_tokens * sizeof(ssm_ref_token);
 #ifdef HAVE_CUDA
     if (p->device.type == SSM_DEVICE_CUDA)
-        out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts, fold counters */
+        out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts, folded cursors */
 #endif
     return SSM_OK;
 }

@@ -28,14 +28,14 @@ struct replay_gpu {
     gpu_common common;
     record_layout ring;  /* one replay record */
     int32_t *ring_start; /* [capacity][layers] */
-    int32_t *fold_done;  /* [capacity][layers]: a folding decode's finished blocks, 0 between steps */
+    int32_t *fold_taken; /* [capacity][layers][2]: the (start, n) a folding decode took */
 };
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
 
 extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 {
-    return gpu_scratch_bytes(p) + 2 * (size_t)p->model.layers * sizeof(int32_t); /* + start, count */
+    return gpu_scratch_bytes(p) + 3 * (size_t)p->model.layers * sizeof(int32_t); /* + start, taken */
 }
 
 extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
@@ -80,11 +80,9 @@ extern "C" ssm_status replay_cuda_create(replay_mode *r)
     r->gpu->ring = make_record_layout(r->params.model, G(r).act_size, true);
     size_t cells = (size_t)r->params.capacity * r->params.model.layers;
     r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
-    r->gpu->fold_done = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
-    if (!r->gpu->ring_start || !r->gpu->fold_done)
+    r->gpu->fold_taken = (int32_t *)s->alloc(s->core, 2 * cells * sizeof(int32_t));
+    if (!r->gpu->ring_start || !r->gpu->fold_taken)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring cursors");
-    if (cudaMemset(r->gpu->fold_done, 0, cells * sizeof(int32_t)) != cudaSuccess)
-        return s->error(s->core, SSM_ERR_DEVICE, "create: cannot clear the fold counters");
     return check_identity_fits(r);
 }
 
@@ -94,7 +92,7 @@ extern "C" void replay_cuda_destroy(replay_mode *r)
         return;
     gpu_common_destroy(G(r), r->services);
     r->services->release(r->services->core, r->gpu->ring_start);
-    r->services->release(r->services->core, r->gpu->fold_done);
+    r->services->release(r->services->core, r->gpu->fold_taken);
     r->services->release_host(r->services->core, r->gpu);
     r->gpu = NULL;
 }
@@ -194,14 +192,19 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
 static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
-    ssm_status st = launch_prep(g, prep_for(g, step, r->conv, false), step->stream, r->services);
+    prep_args pa = prep_for(g, step, r->conv, false);
+    pa.fold_taken = r->gpu->fold_taken;
+    pa.fold_n = r->cursors;
+    pa.fold_start = r->gpu->ring_start;
+    pa.fold_mask = r->options.history - 1;
+    ssm_status st = launch_prep(g, pa, step->stream, r->services);
     if (st != SSM_OK)
         return st;
     tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
     tile_step_tokens(ta, step);
     ta.history_mode = HISTORY_THROUGH;
+    ta.fold_taken = r->gpu->fold_taken;
     ta.store = STORE_FINAL;
-    ta.fold_done = r->gpu->fold_done;
     return launch_tile(g, ta, step->stream, r->services);
 }
 
