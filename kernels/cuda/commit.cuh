@@ -29,16 +29,6 @@ struct commit_args {
     uint32_t *flags;
 };
 
-/* Four consecutive channels of the conv buffer as raw bits (8 bytes of
- * bf16, 16 of fp32): the commit moves them without arithmetic. */
-template <class Act> struct conv4;
-template <> struct conv4<bf16> {
-    typedef uint2 bits;
-};
-template <> struct conv4<float> {
-    typedef uint4 bits;
-};
-
 /* grid (ceil(D / 4 / SSM_PREP_THREADS), rows, layers committed),
  * SSM_PREP_THREADS threads; each thread moves four channels. WIDTH >= the
  * conv width: the kept rows are all loaded before any is stored, so their

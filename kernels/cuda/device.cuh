@@ -51,6 +51,16 @@ __device__ __forceinline__ void store4(bf16 *p, const float *v)
     *(uint2 *)p = x;
 }
 
+/* Four consecutive channels of an activation tensor as raw bits (8 bytes
+ * of bf16, 16 of fp32), for moves without arithmetic. */
+template <class Act> struct conv4;
+template <> struct conv4<bf16> {
+    typedef uint2 bits;
+};
+template <> struct conv4<float> {
+    typedef uint4 bits;
+};
+
 /* v as an element of type E holds it (identity for fp32). */
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }

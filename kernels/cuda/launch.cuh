@@ -189,11 +189,13 @@ template <int E, bool KDA, class State, class Act>
 inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t st)
 {
     dim3 block(32 * SSM_TILE_WARPS);
-    dim3 grid(jobs * (unsigned)tiles_per_head(a.d.V, SSM_TILE_RPL), a.d.HV);
-    if (tile_min_blocks(a) == 4)
-        tile_kernel<E, 4, KDA, State, Act><<<grid, block, 0, st>>>(a);
-    else
-        tile_kernel<E, 6, KDA, State, Act><<<grid, block, 0, st>>>(a);
+    dim3 grid((unsigned)a.window_x + jobs * (unsigned)tiles_per_head(a.d.V, SSM_TILE_RPL),
+              a.d.HV);
+    switch (tile_min_blocks(a)) {
+    case 1: tile_kernel<E, 1, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
+    case 4: tile_kernel<E, 4, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
+    default: tile_kernel<E, 6, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
+    }
 }
 
 template <int E, class State, class Act>
@@ -221,20 +223,25 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    if (tiles_per_head(a.d.V, SSM_TILE_RPL) * jobs > 0x7fffffff)
+    int64_t blocks = (tiles_per_head(a.d.V, SSM_TILE_RPL) + (a.conv ? window_blocks(a.d.D) : 0)) *
+                     jobs;
+    if (blocks > 0x7fffffff)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "%lld rows x layers is more than one launch of the recurrence takes",
                         (long long)jobs);
+    tile_args with_blocks = a;
+    with_blocks.window_x =
+        a.conv ? (int32_t)((jobs * window_blocks(a.d.D) + a.d.HV - 1) / a.d.HV) : 0;
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)
-        launch_tile_typed<bf16, bf16>(a, (unsigned)jobs, st);
+        launch_tile_typed<bf16, bf16>(with_blocks, (unsigned)jobs, st);
     else if (bf16_state)
-        launch_tile_typed<bf16, float>(a, (unsigned)jobs, st);
+        launch_tile_typed<bf16, float>(with_blocks, (unsigned)jobs, st);
     else if (bf16_act)
-        launch_tile_typed<float, bf16>(a, (unsigned)jobs, st);
+        launch_tile_typed<float, bf16>(with_blocks, (unsigned)jobs, st);
     else
-        launch_tile_typed<float, float>(a, (unsigned)jobs, st);
+        launch_tile_typed<float, float>(with_blocks, (unsigned)jobs, st);
     return launch_status(s, "recurrence kernel");
 }
 

@@ -157,6 +157,28 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
     }
 }
 
+/* Asks L1 for this lane's k (and KDA decay) of `count` records from
+ * `first` on, before a loop reads them one by one: their latencies overlap
+ * instead of adding up token after token (no registers held). */
+template <int E, bool KDA>
+__device__ __forceinline__ void token_prefetch(const dims &d, const record_layout &lay,
+                                               const uint8_t *base, int32_t first,
+                                               int32_t count, int32_t mask, int32_t h,
+                                               int32_t sub)
+{
+    int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * 4;
+    int64_t decay = lay.decay + ((int64_t)h * d.K + sub * 4) * 4;
+    for (int32_t i = 0; i < count; i++) {
+        const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
+#pragma unroll
+        for (int c = 0; c < E / 4; c++) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + k + c * 128));
+            if (KDA)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(record + decay + c * 128));
+        }
+    }
+}
+
 /* SPEC 2.2 step 4 on this lane's rows: decay, recall, delta; the output
  * o[i] = S_i . q from the fp32 state when q (the token's normalized, scaled
  * q of this key head) is not NULL; then the state rounded to the state
@@ -281,7 +303,56 @@ struct tile_args {
     void *out; /* token-major [.][HV][V] act */
     store_mode store;
     void *dst;
+    /* A commit (accepted != NULL) may move the conv windows in the same
+     * launch: the first window_x columns of the grid (all of blockIdx.y)
+     * are then window_blocks(D) blocks per job for the windows of conv
+     * ([capacity][layers][conv_rows][D] act), the tile blocks follow. NULL:
+     * no such blocks (window_x 0). */
+    void *conv;
+    int32_t conv_rows, window_x;
 };
+
+/* Blocks that move one (slot, layer)'s window: four channels a thread. */
+__host__ __device__ inline int32_t window_blocks(int32_t D)
+{
+    return (D / 4 + 32 * SSM_TILE_WARPS - 1) / (32 * SSM_TILE_WARPS);
+}
+
+/* The window of (slot, layer) becomes rows [accepted, accepted + W - 1) of
+ * its conv buffer, as commit.cuh's commit_kernel does; these blocks run
+ * beside the commit's tile blocks instead of in a launch of their own. A bad
+ * slot or accepted length is skipped here and reported by the tile blocks. */
+template <class Act>
+__device__ void window_block(const tile_args &a)
+{
+    typedef typename conv4<Act>::bits bits;
+    const dims &d = a.d;
+    int32_t per_job = window_blocks(d.D);
+    int64_t block = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
+    int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
+    if (block >= jobs * per_job)
+        return;
+    int32_t job = (int32_t)(block / per_job), part = (int32_t)(block % per_job);
+    int32_t r = a.layer < 0 ? job / a.layers : job;
+    int32_t layer = a.layer < 0 ? job % a.layers : a.layer;
+    int32_t slot = a.slots[r];
+    if (slot < 0 || slot >= a.capacity)
+        return;
+    int32_t accepted = a.accepted[r];
+    int32_t c = 4 * (part * (int32_t)blockDim.x + (int32_t)threadIdx.x);
+    if (accepted < 1 || accepted > a.tokens || c >= d.D)
+        return;
+    Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + layer) * a.conv_rows * d.D + c;
+    bits kept[SSM_MAX_WIDTH - 1];
+#pragma unroll
+    for (int i = 0; i < SSM_MAX_WIDTH - 1; i++)
+        if (i < d.W - 1)
+            kept[i] = *(const bits *)(buffer + (int64_t)(accepted + i) * d.D);
+#pragma unroll
+    for (int i = 0; i < SSM_MAX_WIDTH - 1; i++)
+        if (i < d.W - 1)
+            *(bits *)(buffer + (int64_t)i * d.D) = kept[i];
+}
 
 template <class State>
 __device__ __forceinline__ State *state_head(const tile_args &a, int32_t slot, int32_t layer,
@@ -293,13 +364,15 @@ __device__ __forceinline__ State *state_head(const tile_args &a, int32_t slot, i
 }
 
 /* Applies `count` records from first (ring index, masked) without outputs. */
-template <int E, int RPL, bool KDA, class State, class Act>
+template <int E, int RPL, bool KDA, class State, class Act, bool PREFETCH = false>
 __device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
                               const uint8_t *base, const record_layout &lay, int32_t first,
                               int32_t count, int32_t mask, int32_t h)
 {
     token_regs<E, RPL, KDA> tk;
     float unused[RPL];
+    if (PREFETCH)
+        token_prefetch<E, KDA>(a.d, lay, base, first + 1, count - 1, mask, h, t.sub);
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
         token_load<E, RPL, KDA, State, Act>(tk, a.d, lay, record, h, t);
@@ -310,13 +383,18 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
 /* Register budget of a tile job, as blocks per SM: a one-token job without
  * history keeps its tile in 128 registers (4 blocks); a job that runs
  * several tokens or records runs 6 blocks in 80 registers, more warps to
- * hide each token's load latency (measured on the H200, docs/bench.md).
+ * hide each token's load latency; at SSM_LATENCY_ROWS rows or fewer such a
+ * job is bound by latency alone and takes the variant that prefetches its
+ * records (1: no register limit). Measured on the H200, docs/bench.md.
  * Like rows per lane, it never changes a bit of a result. */
+#define SSM_LATENCY_ROWS 8
 __host__ __device__ inline int32_t tile_min_blocks(const tile_args &a)
 {
     bool history = a.history_mode != HISTORY_NONE && a.history_mode != HISTORY_THROUGH;
     bool one_token = !history && a.tokens == 1 && !a.token_offsets && !a.accepted;
-    return one_token ? 4 : 6;
+    if (one_token)
+        return 4;
+    return a.rows <= SSM_LATENCY_ROWS ? 1 : 6;
 }
 
 /* Value-row tiles of one head at RPL rows per lane. */
@@ -333,9 +411,15 @@ template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
 __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
 {
     constexpr int RPL = SSM_TILE_RPL;
+    constexpr bool PREFETCH = MIN_BLOCKS == 1; /* the latency variant */
+    if ((int32_t)blockIdx.x < a.window_x) {
+        window_block<Act>(a);
+        return;
+    }
     const dims &d = a.d;
     int32_t tiles = tiles_per_head(d.V, RPL);
-    int32_t job = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+    int32_t x = (int32_t)blockIdx.x - a.window_x;
+    int32_t job = x / tiles, tile = x % tiles;
     int32_t r = a.layer < 0 ? job / a.layers : job;
     int32_t layer = a.layer < 0 ? job % a.layers : a.layer;
     int32_t h = blockIdx.y;
@@ -375,7 +459,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         start = a.ring_start[cell];
     }
     if (a.history_mode != HISTORY_NONE) {
-        apply_records<E, RPL, KDA, State, Act>(t, a, ring, a.ring_layout, start, used, a.ring_mask, h);
+        apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, a, ring, a.ring_layout, start, used,
+                                                         a.ring_mask, h);
         if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
@@ -394,6 +479,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
     const record_layout &lay = a.tok_in_ring ? a.ring_layout : a.tok_layout;
     token_regs<E, RPL, KDA> tk;
     float o[RPL];
+    if (PREFETCH)
+        token_prefetch<E, KDA>(d, lay, tok_base, tok_first + 1, n_tokens - 1, tok_mask, h, t.sub);
     for (int32_t i = 0; i < n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;
         const float *q = a.out ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K +

@@ -1,6 +1,7 @@
 /* The compact mode on the GPU (SPEC 3.3): verify writes records and outputs
  * from the state without writing it; commit applies the accepted records of
- * every layer in one launch, through tile_token like native's update. */
+ * every layer in one launch, through tile_token like native's update, and
+ * the conv windows move in blocks of that same launch (tile.cuh). */
 #include "kernels/cuda/launch.cuh"
 
 extern "C" {
@@ -94,10 +95,9 @@ extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *
     ta.accepted = commit->accepted;
     ta.q = NULL;
     ta.store = STORE_FINAL;
-    ssm_status st = launch_tile(g, ta, commit->stream, c->services);
-    commit_args a = commit_for(g, commit->rows, commit->tokens, commit->slots, commit->accepted,
-                               c->conv);
-    return st != SSM_OK ? st : launch_commit(g, a, 0, g.layers, commit->stream, c->services);
+    ta.conv = c->conv; /* the windows move in the same launch */
+    ta.conv_rows = g.conv_rows;
+    return launch_tile(g, ta, commit->stream, c->services);
 }
 
 extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream)
