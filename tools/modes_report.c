@@ -99,10 +99,10 @@ static void print_header(const ssm_config *c, const modes_report_mode *modes, in
                relation_text(modes[i].relation, s->bound));
     for (int i = 1; i < count; i++)
         if (modes[i].relation == MODES_REPLAY)
-            printf("folds       derived by this command from the fold rule (the library does not "
-                   "report them): a layer with n records since its checkpoint folds before a "
-                   "step of T tokens when n + 2T > L, and at a prefill when n > 0; counted per "
-                   "(request, layer)\n");
+            printf("folds       derived by this command from the fold rules (the library does "
+                   "not report them): a layer with n records since its checkpoint folds before "
+                   "a step of T tokens when n + 2T > L, at a prefill when n > 0, and at every "
+                   "decode of at most [replay] fold_rows rows; counted per (request, layer)\n");
     printf("\n");
 }
 

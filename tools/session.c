@@ -298,8 +298,8 @@ static void check_rows(session *s, const batch_rows *b, int32_t layer, session_s
                       shadow_step(s->shadow, row->req->lane, layer, &s->weights.layer[layer],
                                   &row_io, row->tokens, row->keep));
         if (s->observer && s->observer->output) {
-            const session_block block = {row->req->id, layer, kind, row->tokens, row->keep,
-                                         row_io.out};
+            const session_block block = {row->req->id, layer,     kind,      row->tokens,
+                                         row->keep,    b->count, row_io.out};
             s->observer->output(s->observer->user, &block);
         }
         if (!s->lane_outputs)

@@ -22,6 +22,7 @@ typedef struct session_block {
     session_step_kind kind;
     int32_t tokens;  /* the row's tokens: a prompt chunk, or T */
     int32_t keep;    /* tokens it commits: the chunk, or the accepted length */
+    int32_t rows;    /* rows of the library call's batch, padding included */
     const void *out; /* [tokens][HV][V] in the activation dtype; valid during the call */
 } session_block;
 
