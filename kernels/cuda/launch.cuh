@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
@@ -92,6 +94,23 @@ inline ssm_status launch_status(const ssm_services_v1 *s, const char *what)
     return s->error(s->core, SSM_ERR_DEVICE, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* Calls f(width, act): width a std::integral_constant bounding the conv
+ * width at compile time (4, or SSM_MAX_WIDTH for wider convs), act a value
+ * of the activation type. The prologue and the commit are compiled for
+ * these four combinations. */
+template <class F> inline void by_width_and_act(const gpu_common &g, F f)
+{
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16, narrow = g.d.W <= 4;
+    if (bf16_act && narrow)
+        f(std::integral_constant<int, 4>(), bf16());
+    else if (bf16_act)
+        f(std::integral_constant<int, SSM_MAX_WIDTH>(), bf16());
+    else if (narrow)
+        f(std::integral_constant<int, 4>(), 0.0f);
+    else
+        f(std::integral_constant<int, SSM_MAX_WIDTH>(), 0.0f);
+}
+
 /* ------------------------------------------------------------- prep */
 
 /* Prep arguments for a step whose records go to the token scratch; a mode
@@ -139,15 +158,9 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
     dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows);
     cudaStream_t st = (cudaStream_t)stream;
-    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16, narrow = a.d.W <= 4;
-    if (bf16_act && narrow)
-        prep_kernel<4, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else if (bf16_act)
-        prep_kernel<SSM_MAX_WIDTH, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else if (narrow)
-        prep_kernel<4, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else
-        prep_kernel<SSM_MAX_WIDTH, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    by_width_and_act(g, [&](auto width, auto act) {
+        prep_kernel<decltype(width)::value, decltype(act)><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    });
     return launch_status(s, "conv and gates kernel");
 }
 
@@ -344,15 +357,9 @@ inline ssm_status launch_commit(const gpu_common &g, commit_args a, int32_t firs
     a.layer_first = first;
     dim3 grid((a.d.D / 4 + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, count);
     cudaStream_t st = (cudaStream_t)stream;
-    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16, narrow = a.d.W <= 4;
-    if (bf16_act && narrow)
-        commit_kernel<4, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else if (bf16_act)
-        commit_kernel<SSM_MAX_WIDTH, bf16><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else if (narrow)
-        commit_kernel<4, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
-    else
-        commit_kernel<SSM_MAX_WIDTH, float><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    by_width_and_act(g, [&](auto width, auto act) {
+        commit_kernel<decltype(width)::value, decltype(act)><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+    });
     return launch_status(s, "commit kernel");
 }
 
