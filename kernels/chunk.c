@@ -1,0 +1,185 @@
+/* The chunked recurrence of one value head; the algebra is in chunk.h. */
+#include "kernels/chunk.h"
+
+#include "kernels/math.h"
+#include "kernels/reference.h"
+
+int64_t ssm_chunk_scratch_floats(int32_t k_dim, int32_t v_dim, int32_t chunk)
+{
+    return (int64_t)chunk * k_dim * 2   /* G (per channel or one), W */
+           + (int64_t)chunk * chunk * 3 /* A, T, and the output weights */
+           + (int64_t)chunk * v_dim;    /* U */
+}
+
+/* Where one chunk's matrices live in the scratch. */
+typedef struct chunk_work {
+    int32_t K, V, c, gk; /* gk: decay values per token (K or 1) */
+    float *G;            /* [c][gk]: log-decay summed over the chunk's tokens 0..t */
+    float *W;            /* [c][K] */
+    float *A, *T, *QK;   /* [c][c] */
+    float *U;            /* [c][V] */
+} chunk_work;
+
+/* e^{G_t - G_i} of key channel j (GDN: the one decay). */
+static float decay_between(const chunk_work *w, int32_t t, int32_t i, int32_t j)
+{
+    int32_t at = w->gk == 1 ? 0 : j;
+    return ssm_expf(w->G[(int64_t)t * w->gk + at] - w->G[(int64_t)i * w->gk + at]);
+}
+
+/* e^{G_t} of key channel j. */
+static float decay_from_start(const chunk_work *w, int32_t t, int32_t j)
+{
+    return ssm_expf(w->G[(int64_t)t * w->gk + (w->gk == 1 ? 0 : j)]);
+}
+
+/* Token t of the chunk starting at t0. */
+static const float *q_of(const ssm_chunk_tokens *x, int64_t t) { return x->q + t * x->qk_stride; }
+static const float *k_of(const ssm_chunk_tokens *x, int64_t t) { return x->k + t * x->qk_stride; }
+static const float *v_of(const ssm_chunk_tokens *x, int64_t t) { return x->v + t * x->v_stride; }
+static const float *g_of(const ssm_chunk_tokens *x, int64_t t) { return x->g + t * x->g_stride; }
+static float beta_of(const ssm_chunk_tokens *x, int64_t t) { return x->beta[t * x->beta_stride]; }
+
+/* G, A and the output weights QK[t][i] = sum_j D_ti[j] k_i[j] q_t[j]. */
+static void chunk_pairs(chunk_work *w, const ssm_chunk_tokens *x, int64_t t0)
+{
+    for (int32_t t = 0; t < w->c; t++) {
+        const float *g = g_of(x, t0 + t);
+        for (int32_t j = 0; j < w->gk; j++)
+            w->G[(int64_t)t * w->gk + j] = (t ? w->G[(int64_t)(t - 1) * w->gk + j] : 0.0f) + g[j];
+    }
+    for (int32_t t = 0; t < w->c; t++) {
+        const float *kt = k_of(x, t0 + t), *qt = q_of(x, t0 + t);
+        float beta = beta_of(x, t0 + t);
+        for (int32_t i = 0; i <= t; i++) {
+            const float *ki = k_of(x, t0 + i);
+            float kk = 0.0f, kq = 0.0f;
+            for (int32_t j = 0; j < w->K; j++) {
+                float d = w->gk == 1 ? 1.0f : decay_between(w, t, i, j);
+                kk += d * ki[j] * kt[j];
+                kq += d * ki[j] * qt[j];
+            }
+            if (w->gk == 1) {
+                float d = decay_between(w, t, i, 0);
+                kk *= d;
+                kq *= d;
+            }
+            w->A[(int64_t)t * w->c + i] = i < t ? beta * kk : 0.0f;
+            w->QK[(int64_t)t * w->c + i] = kq;
+        }
+    }
+}
+
+/* T = (I + A)^-1 by forward substitution: T[t][t] = 1 and, for i < t,
+ * T[t][i] = -sum_{m=i}^{t-1} A[t][m] T[m][i]. */
+static void chunk_inverse(chunk_work *w)
+{
+    int32_t c = w->c;
+    for (int32_t t = 0; t < c; t++) {
+        for (int32_t i = 0; i < t; i++) {
+            float sum = 0.0f;
+            for (int32_t m = i; m < t; m++)
+                sum += w->A[(int64_t)t * c + m] * w->T[(int64_t)m * c + i];
+            w->T[(int64_t)t * c + i] = -sum;
+        }
+        w->T[(int64_t)t * c + t] = 1.0f;
+        for (int32_t i = t + 1; i < c; i++)
+            w->T[(int64_t)t * c + i] = 0.0f;
+    }
+}
+
+/* W = T (beta e^G K), then U = T (beta V) - W S0^T. */
+static void chunk_deltas(chunk_work *w, const ssm_chunk_tokens *x, int64_t t0, const float *S)
+{
+    int32_t c = w->c, K = w->K, V = w->V;
+    for (int32_t t = 0; t < c; t++) {
+        float *wt = w->W + (int64_t)t * K, *ut = w->U + (int64_t)t * V;
+        for (int32_t j = 0; j < K; j++)
+            wt[j] = 0.0f;
+        for (int32_t e = 0; e < V; e++)
+            ut[e] = 0.0f;
+        for (int32_t i = 0; i <= t; i++) {
+            float tb = w->T[(int64_t)t * c + i] * beta_of(x, t0 + i);
+            const float *ki = k_of(x, t0 + i), *vi = v_of(x, t0 + i);
+            for (int32_t j = 0; j < K; j++)
+                wt[j] += tb * decay_from_start(w, i, j) * ki[j];
+            for (int32_t e = 0; e < V; e++)
+                ut[e] += tb * vi[e];
+        }
+        for (int32_t e = 0; e < V; e++) {
+            const float *row = S + (int64_t)e * K;
+            float recalled = 0.0f;
+            for (int32_t j = 0; j < K; j++)
+                recalled += wt[j] * row[j];
+            ut[e] -= recalled;
+        }
+    }
+}
+
+/* o_t = S0 (e^{G_t} q_t) + sum_{i<=t} QK[t][i] u_i, from the chunk's S0. */
+static void chunk_outputs(const chunk_work *w, const ssm_chunk_tokens *x, int64_t t0,
+                          const float *S, float *o, int64_t o_stride)
+{
+    int32_t c = w->c, K = w->K, V = w->V;
+    for (int32_t t = 0; t < c; t++) {
+        const float *qt = q_of(x, t0 + t);
+        float *ot = o + (t0 + t) * o_stride;
+        for (int32_t e = 0; e < V; e++) {
+            const float *row = S + (int64_t)e * K;
+            float acc = 0.0f;
+            for (int32_t j = 0; j < K; j++)
+                acc += row[j] * decay_from_start(w, t, j) * qt[j];
+            for (int32_t i = 0; i <= t; i++)
+                acc += w->QK[(int64_t)t * c + i] * w->U[(int64_t)i * V + e];
+            ot[e] = acc;
+        }
+    }
+}
+
+/* S = e^{G_last} S0 + sum_i u_i (D_last,i k_i)^T, rounded to the state dtype. */
+static void chunk_state(const chunk_work *w, const ssm_chunk_tokens *x, int64_t t0,
+                        ssm_dtype state_dtype, float *S)
+{
+    int32_t c = w->c, K = w->K, V = w->V, last = c - 1;
+    for (int32_t j = 0; j < K; j++) {
+        float decay = decay_from_start(w, last, j);
+        for (int32_t e = 0; e < V; e++)
+            S[(int64_t)e * K + j] *= decay;
+    }
+    for (int32_t i = 0; i < c; i++) {
+        const float *ki = k_of(x, t0 + i);
+        const float *ui = w->U + (int64_t)i * V;
+        for (int32_t j = 0; j < K; j++) {
+            float kd = decay_between(w, last, i, j) * ki[j];
+            for (int32_t e = 0; e < V; e++)
+                S[(int64_t)e * K + j] += ui[e] * kd;
+        }
+    }
+    for (int64_t e = 0; e < (int64_t)V * K; e++)
+        S[e] = ssm_ref_round(state_dtype, S[e]);
+}
+
+void ssm_chunk_head(int32_t k_dim, int32_t v_dim, int per_channel_gate, int32_t chunk,
+                    const ssm_chunk_tokens *tokens, int64_t n, ssm_dtype state_dtype, float *S,
+                    float *o, int64_t o_stride, float *scratch)
+{
+    chunk_work w;
+    w.K = k_dim;
+    w.V = v_dim;
+    w.gk = per_channel_gate ? k_dim : 1;
+    w.G = scratch;
+    w.W = w.G + (int64_t)chunk * k_dim;
+    w.A = w.W + (int64_t)chunk * k_dim;
+    w.T = w.A + (int64_t)chunk * chunk;
+    w.QK = w.T + (int64_t)chunk * chunk;
+    w.U = w.QK + (int64_t)chunk * chunk;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        w.c = (int32_t)(n - t0 < chunk ? n - t0 : chunk);
+        chunk_pairs(&w, tokens, t0);
+        chunk_inverse(&w);
+        chunk_deltas(&w, tokens, t0, S);
+        if (o)
+            chunk_outputs(&w, tokens, t0, S, o, o_stride);
+        chunk_state(&w, tokens, t0, state_dtype, S);
+    }
+}

@@ -1,0 +1,288 @@
+/* The chunked recurrence (kernels/chunk.c) against the token-by-token
+ * recurrence: an fp64 one without rounding (SPEC 3.5's chunked-prefill bound,
+ * relative RMS <= 5e-3, on outputs and final state), and the fp32 reference
+ * kernel (the algebra: the two differ only by fp32 rounding). Lengths around
+ * the chunk size, GDN and KDA with and without the lower bound, fp32 and
+ * bf16 state, runs continued over several calls. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/chunk.h"
+#include "kernels/math.h"
+#include "kernels/reference.h"
+#include "tests/runner.h"
+#include "tests/testutil.h"
+
+/* Gate forms. */
+enum { GATE_GDN, GATE_KDA, GATE_KDA_BOUND, GATES };
+
+/* One value head's inputs and the state it starts from. */
+typedef struct head_run {
+    int32_t K, V, gk;
+    int64_t n;
+    float *q, *k, *v, *g, *beta; /* [n][K], [n][K], [n][V], [n][gk], [n] */
+    float *S0;                   /* [V][K] */
+} head_run;
+
+static float *floats(int64_t n)
+{
+    float *p = calloc((size_t)n, sizeof(float));
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* Normalized keys and queries (q scaled by K^-0.5 as the prologue does),
+ * normal values, realistic decays and betas, and a nonzero starting state
+ * (a continued prompt). */
+static head_run make_run(test_rng *r, int gate, int64_t n)
+{
+    head_run h;
+    h.K = 16 << test_rng_int(r, 0, 1);
+    h.V = 8 << test_rng_int(r, 0, 1);
+    h.gk = gate == GATE_GDN ? 1 : h.K;
+    h.n = n;
+    h.q = floats(n * h.K);
+    h.k = floats(n * h.K);
+    h.v = floats(n * h.V);
+    h.g = floats(n * h.gk);
+    h.beta = floats(n);
+    h.S0 = floats((int64_t)h.V * h.K);
+    for (int64_t t = 0; t < n; t++) {
+        for (int32_t j = 0; j < h.K; j++) {
+            h.q[t * h.K + j] = (float)test_rng_normal(r);
+            h.k[t * h.K + j] = (float)test_rng_normal(r);
+        }
+        ssm_ref_l2_normalize(h.K, h.q + t * h.K, ssm_query_scale(h.K));
+        ssm_ref_l2_normalize(h.K, h.k + t * h.K, 1.0f);
+        for (int32_t e = 0; e < h.V; e++)
+            h.v[t * h.V + e] = (float)test_rng_normal(r);
+        for (int32_t j = 0; j < h.gk; j++) {
+            float x = (float)test_rng_normal(r);
+            h.g[t * h.gk + j] = gate == GATE_KDA_BOUND
+                                    ? ssm_kda_gate(0.0f, x, 0.0f, 1, -5.0f)
+                                    : ssm_gdn_gate(-1.0f, x, -2.0f);
+        }
+        h.beta[t] = ssm_sigmoid((float)test_rng_normal(r));
+    }
+    for (int64_t e = 0; e < (int64_t)h.V * h.K; e++)
+        h.S0[e] = (float)(0.1 * test_rng_normal(r));
+    return h;
+}
+
+static void free_run(head_run *h)
+{
+    free(h->q);
+    free(h->k);
+    free(h->v);
+    free(h->g);
+    free(h->beta);
+    free(h->S0);
+}
+
+static ssm_chunk_tokens tokens_of(const head_run *h, int64_t first)
+{
+    ssm_chunk_tokens x = {h->q + first * h->K, h->k + first * h->K, h->v + first * h->V,
+                          h->g + first * h->gk, h->beta + first, h->K, h->V, h->gk, 1};
+    return x;
+}
+
+/* SPEC 2.2 step 4 token by token in fp64, no rounding anywhere. */
+static void run_fp64(const head_run *h, double *S, double *o)
+{
+    int32_t K = h->K, V = h->V;
+    for (int64_t e = 0; e < (int64_t)V * K; e++)
+        S[e] = h->S0[e];
+    for (int64_t t = 0; t < h->n; t++) {
+        const float *q = h->q + t * K, *k = h->k + t * K, *g = h->g + t * h->gk;
+        for (int32_t e = 0; e < V; e++) {
+            double *row = S + (int64_t)e * K, recalled = 0, out = 0;
+            for (int32_t j = 0; j < K; j++) {
+                row[j] *= exp((double)g[h->gk == 1 ? 0 : j]);
+                recalled += row[j] * k[j];
+            }
+            double u = h->beta[t] * (h->v[t * V + e] - recalled);
+            for (int32_t j = 0; j < K; j++) {
+                row[j] += u * k[j];
+                out += row[j] * q[j];
+            }
+            o[t * V + e] = out;
+        }
+    }
+}
+
+/* The fp32 reference kernel token by token, rounding to state_dtype. */
+static void run_sequential(const head_run *h, ssm_dtype sd, float *S, float *o)
+{
+    memcpy(S, h->S0, sizeof(float) * (size_t)h->V * h->K);
+    for (int64_t t = 0; t < h->n; t++)
+        ssm_ref_head_update(h->K, h->V, h->gk != 1, h->q + t * h->K, h->k + t * h->K,
+                            h->v + t * h->V, h->g + t * h->gk, h->beta[t], sd, S, o + t * h->V);
+}
+
+/* The chunked form over [first, first + n), continuing from S. */
+static void run_chunked(const head_run *h, int64_t first, int64_t n, int32_t chunk, ssm_dtype sd,
+                        float *S, float *o)
+{
+    float *scratch = floats(ssm_chunk_scratch_floats(h->K, h->V, chunk));
+    ssm_chunk_tokens x = tokens_of(h, first);
+    ssm_chunk_head(h->K, h->V, h->gk != 1, chunk, &x, n, sd, S, o + first * h->V, h->V, scratch);
+    free(scratch);
+}
+
+static const int64_t lengths[] = {1, 63, 64, 65, 300, 4096};
+#define LENGTHS ((int)(sizeof lengths / sizeof lengths[0]))
+
+/* _i: length, gate form, state dtype. */
+START_TEST(chunked_matches_fp64)
+{
+    int64_t n = lengths[_i % LENGTHS];
+    int gate = (_i / LENGTHS) % GATES;
+    ssm_dtype sd = _i / (LENGTHS * GATES) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 1) * 0x9e3779b97f4a7c15ull);
+    head_run h = make_run(&r, gate, n);
+    int64_t state = (int64_t)h.V * h.K;
+    double *S64 = calloc((size_t)state, sizeof(double)), *o64 = calloc((size_t)(n * h.V), sizeof(double));
+    float *S = floats(state), *o = floats(n * h.V);
+    run_fp64(&h, S64, o64);
+    memcpy(S, h.S0, sizeof(float) * (size_t)state);
+    /* S0 itself is in the state dtype, as a slot's state is. */
+    for (int64_t e = 0; e < state; e++)
+        S[e] = ssm_ref_round(sd, S[e]);
+    run_chunked(&h, 0, n, SSM_CHUNK_TOKENS, sd, S, o);
+    double out_err = test_rel_rms_f64(o, SSM_DTYPE_F32, o64, n * h.V);
+    double state_err = test_rel_rms_f64(S, SSM_DTYPE_F32, S64, state);
+    ck_assert_msg(out_err <= 5e-3 && state_err <= 5e-3,
+                  "n=%lld gate=%d state=%s K=%d V=%d: relative RMS outputs %.3g, state %.3g "
+                  "(bound 5e-3)",
+                  (long long)n, gate, ssm_dtype_name(sd), h.K, h.V, out_err, state_err);
+    free(S64);
+    free(o64);
+    free(S);
+    free(o);
+    free_run(&h);
+}
+END_TEST
+
+/* fp32 state: chunked and token-by-token fp32 differ by rounding only. A
+ * wrong term in the chunked algebra shows as an O(1) difference. */
+START_TEST(chunked_matches_sequential_fp32)
+{
+    int64_t n = lengths[_i % LENGTHS];
+    int gate = (_i / LENGTHS) % GATES;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 101) * 0x9e3779b97f4a7c15ull);
+    head_run h = make_run(&r, gate, n);
+    int64_t state = (int64_t)h.V * h.K;
+    float *S_seq = floats(state), *o_seq = floats(n * h.V);
+    float *S = floats(state), *o = floats(n * h.V);
+    run_sequential(&h, SSM_DTYPE_F32, S_seq, o_seq);
+    memcpy(S, h.S0, sizeof(float) * (size_t)state);
+    run_chunked(&h, 0, n, SSM_CHUNK_TOKENS, SSM_DTYPE_F32, S, o);
+    double out_err = test_rel_rms(o, SSM_DTYPE_F32, o_seq, SSM_DTYPE_F32, n * h.V);
+    double state_err = test_rel_rms(S, SSM_DTYPE_F32, S_seq, SSM_DTYPE_F32, state);
+    ck_assert_msg(out_err <= 1e-4 && state_err <= 1e-4,
+                  "n=%lld gate=%d K=%d V=%d: relative RMS to the fp32 sequence: outputs %.3g, "
+                  "state %.3g (bound 1e-4)",
+                  (long long)n, gate, h.K, h.V, out_err, state_err);
+    free(S_seq);
+    free(o_seq);
+    free(S);
+    free(o);
+    free_run(&h);
+}
+END_TEST
+
+/* A prompt of 300 tokens in 2 to 5 calls, the state carried between them,
+ * against one call: within 1e-4 for any split, and bit for bit when every
+ * split falls on a chunk boundary (the same chunks are computed). _i: gate. */
+START_TEST(continued_runs_match_one_run)
+{
+    int gate = _i % GATES;
+    int aligned = _i / GATES;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 201) * 0x9e3779b97f4a7c15ull);
+    int64_t n = aligned ? 5 * SSM_CHUNK_TOKENS : 300;
+    head_run h = make_run(&r, gate, n);
+    int64_t state = (int64_t)h.V * h.K;
+    float *S_one = floats(state), *o_one = floats(n * h.V);
+    float *S = floats(state), *o = floats(n * h.V);
+    memcpy(S_one, h.S0, sizeof(float) * (size_t)state);
+    run_chunked(&h, 0, n, SSM_CHUNK_TOKENS, SSM_DTYPE_F32, S_one, o_one);
+    memcpy(S, h.S0, sizeof(float) * (size_t)state);
+    int pieces = test_rng_int(&r, 2, 5);
+    int64_t done = 0;
+    for (int p = 0; p < pieces; p++) {
+        int64_t left = n - done, take = left;
+        if (p < pieces - 1) {
+            take = aligned ? SSM_CHUNK_TOKENS * test_rng_int(&r, 0, (int)(left / SSM_CHUNK_TOKENS))
+                           : test_rng_int(&r, 0, (int)left);
+        }
+        run_chunked(&h, done, take, SSM_CHUNK_TOKENS, SSM_DTYPE_F32, S, o);
+        done += take;
+    }
+    if (aligned) {
+        ck_assert_msg(test_bitwise_equal(S, S_one, SSM_DTYPE_F32, state) &&
+                          test_bitwise_equal(o, o_one, SSM_DTYPE_F32, n * h.V),
+                      "gate=%d: %d calls split at chunk boundaries differ from one call", gate,
+                      pieces);
+    } else {
+        double out_err = test_rel_rms(o, SSM_DTYPE_F32, o_one, SSM_DTYPE_F32, n * h.V);
+        double state_err = test_rel_rms(S, SSM_DTYPE_F32, S_one, SSM_DTYPE_F32, state);
+        ck_assert_msg(out_err <= 1e-4 && state_err <= 1e-4,
+                      "gate=%d, %d calls: relative RMS to one call: outputs %.3g, state %.3g",
+                      gate, pieces, out_err, state_err);
+    }
+    free(S_one);
+    free(o_one);
+    free(S);
+    free(o);
+    free_run(&h);
+}
+END_TEST
+
+/* A NaN in one token's value reaches the outputs from there on and the
+ * comparison fails: the chunked form cannot hide a non-finite input. */
+START_TEST(nan_input_is_not_hidden)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ 0x5151);
+    head_run h = make_run(&r, _i, 100);
+    h.v[70 * h.V] = NAN;
+    int64_t state = (int64_t)h.V * h.K;
+    float *S = floats(state), *o = floats(100 * h.V);
+    double *S64 = calloc((size_t)state, sizeof(double)), *o64 = calloc((size_t)(100 * h.V), sizeof(double));
+    run_fp64(&h, S64, o64);
+    memcpy(S, h.S0, sizeof(float) * (size_t)state);
+    run_chunked(&h, 0, 100, SSM_CHUNK_TOKENS, SSM_DTYPE_F32, S, o);
+    ck_assert(isnan(o[70 * h.V]));
+    ck_assert(!(test_rel_rms_f64(o, SSM_DTYPE_F32, o64, 100 * h.V) <= 5e-3));
+    free(S);
+    free(o);
+    free(S64);
+    free(o64);
+    free_run(&h);
+}
+END_TEST
+
+Suite *make_suite(void)
+{
+    Suite *s = suite_create("chunk");
+    TCase *tc = tcase_create("against fp64");
+    tcase_add_loop_test(tc, chunked_matches_fp64, 0, LENGTHS * GATES * 2);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("against the fp32 sequence");
+    tcase_add_loop_test(tc, chunked_matches_sequential_fp32, 0, LENGTHS * GATES);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("continued runs");
+    tcase_add_loop_test(tc, continued_runs_match_one_run, 0, 2 * GATES);
+    tcase_add_loop_test(tc, nan_input_is_not_hidden, 0, GATES);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
