@@ -58,6 +58,7 @@ typedef struct bench_shape {
     int32_t tokens;        /* T of an MTP round */
     int32_t history;       /* L of replay's ring */
     bench_replay_reads replay_reads;
+    int32_t fold_rows;     /* replay: decodes of at most this many rows fold every step */
 } bench_shape;
 
 /* One measurement. Times are per decode step, MTP round or copy. */

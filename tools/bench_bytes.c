@@ -59,9 +59,13 @@ static double compact_bytes(const unit_sizes *u, bench_op op, int32_t accepted)
 /* replay: each step reads the checkpoint and the n committed records and
  * writes its own; commit moves a cursor (nothing counted). Once per fold
  * period the fold reads the n raw records, reads and writes the checkpoint.
- * A decode is a round of one token with one accepted. */
-static double replay_bytes(const unit_sizes *u, bench_op op, int32_t accepted)
+ * A decode is a round of one token with one accepted; a decode of at most
+ * [replay] fold_rows rows folds every step: it reads and writes the
+ * checkpoint and writes its record, as a native decode plus the record. */
+static double replay_bytes(const unit_sizes *u, bench_op op, int32_t accepted, int folds_every_step)
 {
+    if (op == BENCH_OP_DECODE && folds_every_step)
+        return 2 * u->state + u->record;
     int32_t tokens = op == BENCH_OP_DECODE ? 1 : u->tokens;
     int32_t kept = op == BENCH_OP_DECODE ? 1 : accepted;
     int32_t period = bench_fold_period(u->history, tokens, kept);
@@ -110,7 +114,7 @@ uint64_t bench_floor_bytes(const bench_shape *s, const char *mode, bench_op op, 
     else if (!strcmp(mode, "compact"))
         per_request = compact_bytes(&u, op, accepted);
     else if (!strcmp(mode, "replay"))
-        per_request = replay_bytes(&u, op, accepted);
+        per_request = replay_bytes(&u, op, accepted, batch <= s->fold_rows);
     else
         return 0;
     return (uint64_t)llround(per_request * (double)batch * (double)layers);

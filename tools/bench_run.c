@@ -9,7 +9,10 @@
 #include "bench_cuda.h"
 #include "cli.h"
 
-enum { HISTORY_WHEN_UNSET = 16 }; /* replay's L when [replay] sets none */
+enum {
+    HISTORY_WHEN_UNSET = 16,  /* replay's L when [replay] sets none */
+    FOLD_ROWS_WHEN_UNSET = 8  /* replay's fold_rows when [replay] sets none */
+};
 
 /* What the enqueue functions of one context read. */
 typedef struct bench_context {
@@ -196,7 +199,9 @@ static void measure_copy(model_run *run, int32_t layers, int32_t batch)
 }
 
 /* The decode step and every round of one mode, on a context of `layers`
- * layers and `batch` slots, after 2L warm-up steps that fill replay's ring. */
+ * layers and `batch` slots, after 2L warm-up steps that fill replay's ring
+ * (above [replay] fold_rows rows; at or below it, decodes fold every step
+ * and the ring stays empty). */
 static void measure_context(model_run *run, ssm_ctx *ctx, int32_t layers, int32_t batch,
                             bench_row *const *rows)
 {
@@ -316,10 +321,15 @@ static bench_shape shape_of(const ssm_config *c)
 {
     const char *history = replay_option(c, "history");
     const char *outputs = replay_option(c, "outputs");
-    bench_shape s = {c->model, SSM_DTYPE_F32, SSM_DTYPE_BF16, BENCH_DRAFT_TOKENS + 1,
+    const char *fold_rows = replay_option(c, "fold_rows");
+    bench_shape s = {c->model,
+                     SSM_DTYPE_F32,
+                     SSM_DTYPE_BF16,
+                     BENCH_DRAFT_TOKENS + 1,
                      history ? (int32_t)strtol(history, NULL, 10) : HISTORY_WHEN_UNSET,
                      outputs && strcmp(outputs, "exact") ? BENCH_REPLAY_IDENTITY
-                                                         : BENCH_REPLAY_RAW};
+                                                         : BENCH_REPLAY_RAW,
+                     fold_rows ? (int32_t)strtol(fold_rows, NULL, 10) : FOLD_ROWS_WHEN_UNSET};
     return s;
 }
 

@@ -236,15 +236,17 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    int64_t blocks = (tiles_per_head(a.d.V, SSM_TILE_RPL) + (a.conv ? window_blocks(a.d.D) : 0)) *
-                     jobs;
+    int64_t blocks =
+        (tiles_per_head(a.d.V, SSM_TILE_RPL) + (a.conv && a.accepted ? window_blocks(a.d.D) : 0)) *
+        jobs;
     if (blocks > 0x7fffffff)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "%lld rows x layers is more than one launch of the recurrence takes",
                         (long long)jobs);
     tile_args with_blocks = a;
-    with_blocks.window_x =
-        a.conv ? (int32_t)((jobs * window_blocks(a.d.D) + a.d.HV - 1) / a.d.HV) : 0;
+    with_blocks.window_x = a.conv && a.accepted
+                               ? (int32_t)((jobs * window_blocks(a.d.D) + a.d.HV - 1) / a.d.HV)
+                               : 0;
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)

@@ -306,8 +306,8 @@ struct tile_args {
     /* A commit (accepted != NULL) may move the conv windows in the same
      * launch: the first window_x columns of the grid (all of blockIdx.y)
      * are then window_blocks(D) blocks per job for the windows of conv
-     * ([capacity][layers][conv_rows][D] act), the tile blocks follow. NULL:
-     * no such blocks (window_x 0). */
+     * ([capacity][layers][conv_rows][D] act), the tile blocks follow. NULL
+     * (or no accepted): no such blocks (window_x 0). */
     void *conv;
     int32_t conv_rows, window_x;
 };
