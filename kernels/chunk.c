@@ -183,3 +183,66 @@ void ssm_chunk_head(int32_t k_dim, int32_t v_dim, int per_channel_gate, int32_t 
         chunk_state(&w, tokens, t0, state_dtype, S);
     }
 }
+
+int64_t ssm_chunk_sequence_scratch_floats(const ssm_model_dims *m)
+{
+    int64_t K = m->key_dim, V = m->value_dim;
+    return ssm_conv_channels(m)                                   /* one token's conv */
+           + SSM_CHUNK_TOKENS * ssm_ref_token_floats(m)           /* a chunk's tokens */
+           + V * K + SSM_CHUNK_TOKENS * V                         /* a head's S and outputs */
+           + ssm_chunk_scratch_floats((int32_t)K, (int32_t)V, SSM_CHUNK_TOKENS);
+}
+
+/* Runs c prepared tokens (token t at tokens + t * stride) of every value
+ * head through one chunk, from and back to the layer's state; outputs of
+ * the chunk's first token go to `out` (token-major [c][HV][V], act). */
+static void chunk_heads(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
+                        const ssm_ref_token *first, int64_t stride, int32_t c, void *state,
+                        void *out, float *S, float *o, float *scratch)
+{
+    int32_t K = m->key_dim, V = m->value_dim, group = m->value_heads / m->heads;
+    int kda = m->kind == SSM_MODEL_KDA;
+    int64_t head = (int64_t)V * K, out_width = (int64_t)m->value_heads * V;
+    for (int32_t h = 0; h < m->value_heads; h++) {
+        int64_t key = (int64_t)(h / group) * K;
+        ssm_chunk_tokens x = {first->q + key, first->k + key, first->v + (int64_t)h * V,
+                              first->g + (kda ? (int64_t)h * K : h), first->beta + h,
+                              stride, stride, stride, stride};
+        for (int64_t e = 0; e < head; e++)
+            S[e] = ssm_ref_load(state, state_dtype, h * head + e);
+        ssm_chunk_head(K, V, kda, SSM_CHUNK_TOKENS, &x, c, state_dtype, S, out ? o : NULL, V,
+                       scratch);
+        for (int64_t e = 0; e < head; e++)
+            ssm_ref_store(state, state_dtype, h * head + e, S[e]);
+        if (out)
+            for (int32_t t = 0; t < c; t++)
+                for (int32_t e = 0; e < V; e++)
+                    ssm_ref_store(out, act, t * out_width + (int64_t)h * V + e,
+                                  o[(int64_t)t * V + e]);
+    }
+}
+
+void ssm_chunk_sequence(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
+                        const ssm_layer_weights *w, void *window, void *state,
+                        const ssm_step_io *io, int64_t n, float *scratch)
+{
+    int64_t tf = ssm_ref_token_floats(m), out_width = (int64_t)m->value_heads * m->value_dim;
+    float *conv = scratch, *tokens = conv + ssm_conv_channels(m);
+    float *S = tokens + SSM_CHUNK_TOKENS * tf, *o = S + (int64_t)m->value_dim * m->key_dim;
+    float *chunk_scratch = o + (int64_t)SSM_CHUNK_TOKENS * m->value_dim;
+    ssm_ref_token first;
+    ssm_ref_token_bind(m, tokens, &first);
+    /* As in ssm_ref_sequence, the window stays as it was until the end. */
+    for (int64_t t0 = 0; t0 < n; t0 += SSM_CHUNK_TOKENS) {
+        int32_t c = (int32_t)(n - t0 < SSM_CHUNK_TOKENS ? n - t0 : SSM_CHUNK_TOKENS);
+        for (int32_t t = 0; t < c; t++) {
+            ssm_ref_token tok;
+            ssm_ref_token_bind(m, tokens + t * tf, &tok);
+            ssm_ref_prepare_token(m, act, w, window, io, t0 + t, conv, &tok);
+        }
+        void *out = io->out ? (char *)io->out + (size_t)(t0 * out_width) * ssm_dtype_size(act)
+                            : NULL;
+        chunk_heads(m, state_dtype, act, &first, tf, c, state, out, S, o, chunk_scratch);
+    }
+    ssm_ref_conv_window_advance(m, act, window, io->x, n);
+}

@@ -50,4 +50,17 @@ void ssm_chunk_head(int32_t k_dim, int32_t v_dim, int per_channel_gate, int32_t 
                     const ssm_chunk_tokens *tokens, int64_t n, ssm_dtype state_dtype, float *S,
                     float *o, int64_t o_stride, float *scratch);
 
+/* Floats of scratch ssm_chunk_sequence needs. */
+int64_t ssm_chunk_sequence_scratch_floats(const ssm_model_dims *m);
+
+/* ssm_ref_sequence's contract (kernels/reference.h) through the chunked
+ * form: n tokens of one request through one layer, chunks of
+ * SSM_CHUNK_TOKENS; outputs token-major to io->out (act dtype), the state
+ * ([HV][V][K], state dtype) and the window ([W-1][D]) updated in place. The
+ * tokens are prepared (conv, normalization, gates) exactly as the reference
+ * prepares them; only the recurrence differs, by SPEC 3.5's chunked bound. */
+void ssm_chunk_sequence(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
+                        const ssm_layer_weights *w, void *window, void *state,
+                        const ssm_step_io *io, int64_t n, float *scratch);
+
 #endif

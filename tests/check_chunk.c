@@ -266,6 +266,73 @@ START_TEST(nan_input_is_not_hidden)
 }
 END_TEST
 
+/* A whole layer (ssm_chunk_sequence) against the reference's token-by-token
+ * run (ssm_ref_sequence) on the same prepared inputs: every value head, GVA,
+ * the outputs' placement, the state and the window. fp32 state, so the two
+ * differ by rounding only; the window is bit-identical (the same conv).
+ * _i: length, kind, activation dtype. */
+static const int64_t layer_lengths[] = {1, 64, 130};
+#define LAYER_LENGTHS ((int)(sizeof layer_lengths / sizeof layer_lengths[0]))
+
+START_TEST(layer_matches_reference)
+{
+    int64_t n = layer_lengths[_i % LAYER_LENGTHS];
+    ssm_model_kind kind = (_i / LAYER_LENGTHS) % 2 ? SSM_MODEL_KDA : SSM_MODEL_GDN;
+    ssm_dtype act = _i / (2 * LAYER_LENGTHS) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 301) * 0x9e3779b97f4a7c15ull);
+    ssm_model_dims m;
+    test_random_dims(&r, kind, test_rng_int(&r, 0, 1), &m);
+    test_weights tw;
+    test_weights_make(&r, &m, 1, &tw);
+    test_io ref_io, chunk_io;
+    test_io_make(&r, &m, act, n, &ref_io);
+    test_io_make(&r, &m, act, n, &chunk_io);
+    size_t act_size = ssm_dtype_size(act);
+    int64_t out_elems = n * m.value_heads * m.value_dim;
+    memcpy(chunk_io.x, ref_io.x, (size_t)(n * ssm_conv_channels(&m)) * act_size);
+    memcpy(chunk_io.gate, ref_io.gate, (size_t)(n * ssm_gate_width(&m)) * act_size);
+    memcpy(chunk_io.beta, ref_io.beta, (size_t)(n * m.value_heads) * act_size);
+    int64_t state_elems = ssm_ref_state_elems(&m), window_elems = ssm_ref_window_elems(&m);
+    float *state_ref = floats(state_elems), *state = floats(state_elems);
+    void *window_ref = calloc((size_t)window_elems, act_size), *window = calloc((size_t)window_elems, act_size);
+    ck_assert_ptr_nonnull(window_ref);
+    ck_assert_ptr_nonnull(window);
+    /* A continued prompt: a nonzero state and window to start from. */
+    test_fill_normal(&r, state_ref, SSM_DTYPE_F32, state_elems, 0.0, 0.1);
+    memcpy(state, state_ref, sizeof(float) * (size_t)state_elems);
+    test_fill_normal(&r, window_ref, act, window_elems, 0.0, 1.0);
+    memcpy(window, window_ref, (size_t)window_elems * act_size);
+    float *ref_scratch = floats(ssm_ref_sequence_scratch_floats(&m));
+    float *chunk_scratch = floats(ssm_chunk_sequence_scratch_floats(&m));
+    ssm_ref_sequence(&m, SSM_DTYPE_F32, act, &tw.w, window_ref, state_ref, &ref_io.io, n,
+                     ref_scratch);
+    ssm_chunk_sequence(&m, SSM_DTYPE_F32, act, &tw.w, window, state, &chunk_io.io, n,
+                       chunk_scratch);
+    double out_err = test_rel_rms(chunk_io.out, act, ref_io.out, act, out_elems);
+    double state_err = test_rel_rms(state, SSM_DTYPE_F32, state_ref, SSM_DTYPE_F32, state_elems);
+    /* bf16 outputs: each differs from the reference by at most a rounding
+     * flip (about 2^-8 relative), so the bound is bf16's, not fp32's. */
+    double out_bound = act == SSM_DTYPE_BF16 ? 4e-3 : 1e-4;
+    ck_assert_msg(out_err <= out_bound && state_err <= 1e-4,
+                  "%s n=%lld act=%s H=%d HV=%d K=%d V=%d: relative RMS outputs %.3g (bound %g), "
+                  "state %.3g (bound 1e-4)",
+                  ssm_model_kind_name(kind), (long long)n, ssm_dtype_name(act), m.heads,
+                  m.value_heads, m.key_dim, m.value_dim, out_err, out_bound, state_err);
+    ck_assert_msg(test_bitwise_equal(window, window_ref, act, window_elems),
+                  "the window after the run differs from the reference's");
+    free(state_ref);
+    free(state);
+    free(window_ref);
+    free(window);
+    free(ref_scratch);
+    free(chunk_scratch);
+    test_io_free(&ref_io);
+    test_io_free(&chunk_io);
+    test_weights_free(&tw);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     Suite *s = suite_create("chunk");
@@ -283,6 +350,11 @@ Suite *make_suite(void)
     tcase_add_loop_test(tc, continued_runs_match_one_run, 0, 2 * GATES);
     tcase_add_loop_test(tc, nan_input_is_not_hidden, 0, GATES);
     tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("a whole layer");
+    tcase_add_loop_test(tc, layer_matches_reference, 0, LAYER_LENGTHS * 2 * 2);
+    tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
 }
