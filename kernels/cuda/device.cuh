@@ -3,8 +3,9 @@
  *
  * The warp sum is a butterfly (xor 16, 8, 4, 2, 1): every lane ends with the
  * same bits, and a given set of 32 partial sums always reduces in the same
- * order. That, and one op order in every caller, is what makes native,
- * compact and replay agree bit for bit on one device. */
+ * order. The recurrence's own row sums use the same idea over the 8 lanes of
+ * a row (tile.cuh's group_sum); that, and one op order in every caller, is
+ * what makes native, compact and replay agree bit for bit on one device. */
 #ifndef SSM_KERNELS_CUDA_DEVICE_CUH
 #define SSM_KERNELS_CUDA_DEVICE_CUH
 
