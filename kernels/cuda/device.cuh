@@ -66,6 +66,26 @@ template <> struct conv4<float> {
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }
 
+/* Programmatic dependent launch (Hopper). A prologue lets the step's
+ * recurrence kernel start as soon as every prologue block runs
+ * (griddep_launch_dependents); the recurrence kernel asks for its state,
+ * which no prologue writes, and waits (griddep_wait) for the prologue's
+ * grid to finish, its writes visible, before it reads anything the
+ * prologue writes. Without the launch attribute both are no-ops. */
+__device__ __forceinline__ void griddep_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* Sum over the 32 lanes of a warp; every lane gets the same bits. */
 __device__ __forceinline__ float warp_sum(float v)
 {

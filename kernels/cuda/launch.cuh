@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -29,6 +31,10 @@ struct gpu_common {
     float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
+    int32_t sms;          /* the device's multiprocessors (launch shapes only) */
+    int32_t shared_optin; /* shared memory a block may opt in to, bytes */
+    int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
+    bool overlap;               /* recurrence kernels overlap their prologue (PDL) */
 };
 
 /* Bytes per slot of the token scratch and q buffer. */
@@ -54,6 +60,23 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.state_dtype = p->state_dtype;
     g.act_dtype = p->activation_dtype;
     g.state_elems = (int64_t)p->model.value_heads * p->model.value_dim * p->model.key_dim;
+    int device = 0;
+    g.sms = 0;
+    g.shared_optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               device) != cudaSuccess)
+        g.sms = g.shared_optin = 0; /* unknown: the narrowest launch shapes */
+    /* A measuring knob, read once here, never in a step: the register budget
+     * of multi-token jobs above SSM_LATENCY_ROWS rows, 6 blocks of 80
+     * registers (the default) or 1 (no cap, no spills). docs/bench.md. */
+    const char *budget = getenv("SSMSTATE_CUDA_MULTI_TOKEN_BLOCKS");
+    g.multi_token_blocks = budget && strcmp(budget, "1") == 0 ? 1 : 6;
+    /* Likewise: SSMSTATE_CUDA_OVERLAP=0 launches every kernel after the one
+     * before it has finished. */
+    const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
+    g.overlap = !(overlap && strcmp(overlap, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -109,6 +132,27 @@ template <class F> inline void by_width_and_act(const gpu_common &g, F f)
         f(std::integral_constant<int, 4>(), 0.0f);
     else
         f(std::integral_constant<int, SSM_MAX_WIDTH>(), 0.0f);
+}
+
+/* Launches kernel<<<grid, block, shared, st>>>(args...); with after_prep
+ * as a programmatic dependent of the launch before it (it may start while
+ * that one, the step's prologue, finishes: griddep_wait in device.cuh).
+ * Errors surface through cudaGetLastError, as a <<<>>> launch's do. */
+template <class... Params, class... Args>
+inline void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                          cudaStream_t st, bool after_prep, Args... args)
+{
+    cudaLaunchAttribute overlap[1];
+    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared;
+    config.stream = st;
+    config.attrs = overlap;
+    config.numAttrs = after_prep ? 1 : 0;
+    cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 /* ------------------------------------------------------------- prep */
@@ -202,13 +246,26 @@ template <int E, bool KDA, class State, class Act>
 inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t st)
 {
     dim3 block(32 * SSM_TILE_WARPS);
-    dim3 grid((unsigned)a.window_x + jobs * (unsigned)tiles_per_head(a.d.V, SSM_TILE_RPL),
+    dim3 grid((unsigned)a.window_x + jobs * (unsigned)tile_blocks_per_head(a.d.V, a.passes),
               a.d.HV);
     switch (tile_min_blocks(a)) {
-    case 1: tile_kernel<E, 1, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
-    case 4: tile_kernel<E, 4, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
-    default: tile_kernel<E, 6, KDA, State, Act><<<grid, block, 0, st>>>(a); break;
+    case 1: launch_kernel(tile_kernel<E, 1, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
+    case 4: launch_kernel(tile_kernel<E, 4, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
+    default: launch_kernel(tile_kernel<E, 6, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
     }
+}
+
+/* Tiles of a head per block: a one-token job with enough heads to give
+ * every SM SSM_TILE_HEADS_PER_SM of them runs whole heads per block (the
+ * index loads paid once per head, the next tile's state loading while the
+ * block updates the current one); otherwise one tile per block, so small
+ * batches spread over every SM. Never changes a bit. */
+#define SSM_TILE_HEADS_PER_SM 16
+inline int32_t tile_passes(const gpu_common &g, const tile_args &a, int64_t jobs)
+{
+    if (!tile_one_token(a) || g.sms <= 0 || jobs * a.d.HV < (int64_t)g.sms * SSM_TILE_HEADS_PER_SM)
+        return 1;
+    return tiles_per_head(a.d.V, SSM_TILE_RPL);
 }
 
 template <int E, class State, class Act>
@@ -236,14 +293,18 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     int64_t jobs = a.layer < 0 ? (int64_t)a.rows * a.layers : a.rows;
     if (jobs == 0)
         return SSM_OK;
-    int64_t blocks =
-        (tiles_per_head(a.d.V, SSM_TILE_RPL) + (a.conv && a.accepted ? window_blocks(a.d.D) : 0)) *
-        jobs;
+    int32_t passes = tile_passes(g, a, jobs);
+    int64_t blocks = (tile_blocks_per_head(a.d.V, passes) +
+                      (a.conv && a.accepted ? window_blocks(a.d.D) : 0)) *
+                     jobs;
     if (blocks > 0x7fffffff)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "%lld rows x layers is more than one launch of the recurrence takes",
                         (long long)jobs);
     tile_args with_blocks = a;
+    with_blocks.passes = passes;
+    with_blocks.multi_token_blocks = g.multi_token_blocks;
+    with_blocks.after_prep = a.after_prep && g.overlap;
     with_blocks.window_x = a.conv && a.accepted
                                ? (int32_t)((jobs * window_blocks(a.d.D) + a.d.HV - 1) / a.d.HV)
                                : 0;
@@ -279,6 +340,7 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
         tile_step_tokens(ta, step);
         ta.piece = pa.piece;
         ta.store = STORE_FINAL;
+        ta.after_prep = true;
         if (st == SSM_OK)
             st = launch_tile(g, ta, step->stream, s);
         if (st != SSM_OK)
@@ -287,43 +349,69 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
+/* Rows per lane of the identity kernel for a job: 4 (whole 128-row heads,
+ * the per-head staging paid once per head) when the batch gives every SM
+ * several blocks and the staging fits, else 2. Never changes a bit. */
+inline int32_t identity_rpl(const gpu_common &g, const tile_args &a)
+{
+    size_t wide = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, 4);
+    bool busy = (int64_t)a.rows * a.d.HV >= 4 * (int64_t)g.sms;
+    return busy && wide <= (size_t)g.shared_optin ? 4 : 2;
+}
+
+template <int E, int RPL, bool KDA, class Act>
+inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
+{
+    dim3 grid((unsigned)a.rows * (unsigned)identity_tiles(a.d.V, RPL), a.d.HV);
+    dim3 block(32 * SSM_IDENTITY_WARPS);
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, RPL);
+    cudaFuncSetAttribute(identity_kernel<E, RPL, KDA, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    launch_kernel(identity_kernel<E, RPL, KDA, Act>, grid, block, shared, st, a.after_prep, a);
+}
+
+template <int E, bool KDA, class Act>
+inline void launch_identity_rpl(const tile_args &a, int32_t rpl, cudaStream_t st)
+{
+    if (rpl == 4)
+        launch_identity_typed<E, 4, KDA, Act>(a, st);
+    else
+        launch_identity_typed<E, 2, KDA, Act>(a, st);
+}
+
+template <int E, class Act>
+inline void launch_identity_kind(const tile_args &a, int32_t rpl, cudaStream_t st)
+{
+    if (a.d.kda)
+        launch_identity_rpl<E, true, Act>(a, rpl, st);
+    else
+        launch_identity_rpl<E, false, Act>(a, rpl, st);
+}
+
+template <class Act>
+inline void launch_identity_act(const tile_args &a, int32_t rpl, cudaStream_t st)
+{
+    switch (a.d.K) {
+    case 32: launch_identity_kind<4, Act>(a, rpl, st); break;
+    case 64: launch_identity_kind<8, Act>(a, rpl, st); break;
+    default: launch_identity_kind<16, Act>(a, rpl, st); break;
+    }
+}
+
 /* The identity kernel (fp32 state): replay's output-only step. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
-    dim3 grid((unsigned)a.rows * (unsigned)identity_tiles(a.d.V), a.d.HV);
-    dim3 block(32 * SSM_IDENTITY_WARPS);
-    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d.K, a.d.kda);
+    int32_t rpl = identity_rpl(g, a);
     cudaStream_t st = (cudaStream_t)stream;
-    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-#define SSM_IDENTITY(E, KDA)                                                                  \
-    do {                                                                                      \
-        if (bf16_act) {                                                                       \
-            cudaFuncSetAttribute(identity_kernel<E, KDA, bf16>,                               \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
-            identity_kernel<E, KDA, bf16><<<grid, block, shared, st>>>(a);                    \
-        } else {                                                                              \
-            cudaFuncSetAttribute(identity_kernel<E, KDA, float>,                              \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);   \
-            identity_kernel<E, KDA, float><<<grid, block, shared, st>>>(a);                   \
-        }                                                                                     \
-    } while (0)
-#define SSM_IDENTITY_KIND(E)                                                                  \
-    do {                                                                                      \
-        if (a.d.kda)                                                                          \
-            SSM_IDENTITY(E, true);                                                            \
-        else                                                                                  \
-            SSM_IDENTITY(E, false);                                                           \
-    } while (0)
-    switch (a.d.K) {
-    case 32: SSM_IDENTITY_KIND(4); break;
-    case 64: SSM_IDENTITY_KIND(8); break;
-    default: SSM_IDENTITY_KIND(16); break;
-    }
-#undef SSM_IDENTITY_KIND
-#undef SSM_IDENTITY
+    tile_args b = a;
+    b.after_prep = a.after_prep && g.overlap;
+    if (g.act_dtype == SSM_DTYPE_BF16)
+        launch_identity_act<bf16>(b, rpl, st);
+    else
+        launch_identity_act<float>(b, rpl, st);
     return launch_status(s, "replay identity kernel");
 }
 

@@ -291,6 +291,7 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n
 template <int WIDTH, class Act>
 __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
 {
+    griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
     int32_t r = blockIdx.y;
     int32_t slot = a.slots[r];
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;

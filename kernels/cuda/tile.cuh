@@ -125,6 +125,74 @@ __device__ __forceinline__ void tile_store(const head_tile<E, RPL, State> &t, co
     }
 }
 
+/* Staging of a tile's state through shared memory (cp.async): a block
+ * asks for the next tile while it updates the current one, and the bytes in
+ * flight hold no registers. Each thread stages and reads back only its own
+ * chunks, so a wait_group is all the synchronization it needs; chunk m of
+ * thread i sits at (m * threads + i) * 4 elements, so a warp's reads of one
+ * chunk are 32 consecutive pieces (no bank conflicts). */
+#define SSM_TILE_STAGES 2
+
+template <int E, int RPL, class State> struct tile_stage {
+    State chunk[RPL * E / 4][32 * SSM_TILE_WARPS][4];
+};
+
+/* cp.async of one chunk (four elements); a row past V stages zeros. */
+template <class State>
+__device__ __forceinline__ void copy_chunk_async(State *shared, const State *global, bool valid)
+{
+    unsigned dst = (unsigned)__cvta_generic_to_shared(shared);
+    int bytes = valid ? 4 * (int)sizeof(State) : 0;
+    if constexpr (sizeof(State) == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global),
+                     "r"(bytes));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(global),
+                     "r"(bytes));
+}
+
+__device__ __forceinline__ void copy_async_commit()
+{
+    asm volatile("cp.async.commit_group;");
+}
+
+/* Waits until at most `pending` of this thread's committed groups are in flight. */
+template <int pending> __device__ __forceinline__ void copy_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(pending));
+}
+
+/* Asks for tile `tile` of head into stage (this thread's chunks). */
+template <int E, int RPL, class State>
+__device__ __forceinline__ void tile_stage_async(tile_stage<E, RPL, State> &stage,
+                                                 const dims &d, const State *head, int32_t tile)
+{
+    head_tile<E, RPL, State> t;
+    tile_place(t, tile);
+#pragma unroll
+    for (int i = 0; i < RPL; i++) {
+        int32_t row = tile_row(t, i);
+        bool valid = row < d.V;
+        const State *source = head + (valid ? (int64_t)row * d.K : 0);
+#pragma unroll
+        for (int c = 0; c < E / 4; c++)
+            copy_chunk_async(stage.chunk[i * (E / 4) + c][threadIdx.x],
+                             source + c * 32 + t.sub * 4, valid);
+    }
+}
+
+/* The staged tile into t's registers (after copy_async_wait). */
+template <int E, int RPL, class State>
+__device__ __forceinline__ void tile_from_stage(head_tile<E, RPL, State> &t,
+                                                const tile_stage<E, RPL, State> &stage)
+{
+#pragma unroll
+    for (int i = 0; i < RPL; i++)
+#pragma unroll
+        for (int c = 0; c < E / 4; c++)
+            load4(stage.chunk[i * (E / 4) + c][threadIdx.x], t.s[i] + c * 4);
+}
+
 /* What one token gives a value head: this lane's key channels of the
  * normalized k, the decay per channel (KDA) or one decay (GDN, in
  * decay[0]), beta, and this lane's rows of v. */
@@ -154,28 +222,6 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
     for (int i = 0; i < RPL; i++) {
         int32_t row = tile_row(t, i);
         tk.v[i] = row < d.V ? load(v + row) : 0.0f;
-    }
-}
-
-/* Asks L1 for this lane's k (and KDA decay) of `count` records from
- * `first` on, before a loop reads them one by one: their latencies overlap
- * instead of adding up token after token (no registers held). */
-template <int E, bool KDA>
-__device__ __forceinline__ void token_prefetch(const dims &d, const record_layout &lay,
-                                               const uint8_t *base, int32_t first,
-                                               int32_t count, int32_t mask, int32_t h,
-                                               int32_t sub)
-{
-    int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * 4;
-    int64_t decay = lay.decay + ((int64_t)h * d.K + sub * 4) * 4;
-    for (int32_t i = 0; i < count; i++) {
-        const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
-#pragma unroll
-        for (int c = 0; c < E / 4; c++) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + k + c * 128));
-            if (KDA)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(record + decay + c * 128));
-        }
     }
 }
 
@@ -300,6 +346,12 @@ struct tile_args {
     const int32_t *token_offsets;
     int32_t piece;
     const int32_t *accepted;
+    int32_t passes; /* tiles of a head each block runs (>= 1), launch_tile sets it */
+    /* Host only: the launch directly follows this step's prologue in the
+     * stream, so it may overlap it (griddep_wait in the kernel). Before the
+     * wait the kernel reads only slots, counts, `current` and the state. */
+    bool after_prep;
+    int32_t multi_token_blocks; /* budget of larger multi-token jobs: 6 or 1, launch_tile sets it */
     void *out; /* token-major [.][HV][V] act */
     store_mode store;
     void *dst;
@@ -363,38 +415,66 @@ __device__ __forceinline__ State *state_head(const tile_args &a, int32_t slot, i
     return (State *)a.state + (index * a.d.HV + h) * head;
 }
 
+/* Asks L1 for this lane's k (and KDA decay) of `count` records from
+ * `first` on, before a loop reads them one by one: their latencies overlap
+ * instead of adding up token after token (no registers held). Pays where a
+ * block's records are its latency (few rows, or the identity kernel's fold);
+ * at large batches it cost more issue slots than it saved (docs/bench.md). */
+template <int E, bool KDA>
+__device__ __forceinline__ void token_prefetch(const dims &d, const record_layout &lay,
+                                               const uint8_t *base, int32_t first,
+                                               int32_t count, int32_t mask, int32_t h,
+                                               int32_t sub)
+{
+    int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * 4;
+    int64_t decay = lay.decay + ((int64_t)h * d.K + sub * 4) * 4;
+    for (int32_t i = 0; i < count; i++) {
+        const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
+#pragma unroll
+        for (int c = 0; c < E / 4; c++) {
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + k + c * 128));
+            if (KDA)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(record + decay + c * 128));
+        }
+    }
+}
+
 /* Applies `count` records from first (ring index, masked) without outputs. */
-template <int E, int RPL, bool KDA, class State, class Act, bool PREFETCH = false>
-__device__ void apply_records(head_tile<E, RPL, State> &t, const tile_args &a,
-                              const uint8_t *base, const record_layout &lay, int32_t first,
-                              int32_t count, int32_t mask, int32_t h)
+template <int E, int RPL, bool KDA, class State, class Act, bool PREFETCH>
+__device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const uint8_t *base,
+                              const record_layout &lay, int32_t first, int32_t count,
+                              int32_t mask, int32_t h)
 {
     token_regs<E, RPL, KDA> tk;
     float unused[RPL];
     if (PREFETCH)
-        token_prefetch<E, KDA>(a.d, lay, base, first + 1, count - 1, mask, h, t.sub);
+        token_prefetch<E, KDA>(d, lay, base, first + 1, count - 1, mask, h, t.sub);
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
-        token_load<E, RPL, KDA, State, Act>(tk, a.d, lay, record, h, t);
+        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
         tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused);
     }
 }
 
 /* Register budget of a tile job, as blocks per SM: a one-token job without
- * history keeps its tile in 128 registers (4 blocks); a job that runs
- * several tokens or records runs 6 blocks in 80 registers, more warps to
- * hide each token's load latency; at SSM_LATENCY_ROWS rows or fewer such a
- * job is bound by latency alone and takes the variant that prefetches its
- * records (1: no register limit). Measured on the H200, docs/bench.md.
- * Like rows per lane, it never changes a bit of a result. */
+ * history keeps two tiles in 128 registers (4 blocks), the one it updates
+ * and the next one's loads in flight; a job that runs several tokens or
+ * records runs 6 blocks in 80 registers, more warps to hide each token's
+ * latency; at SSM_LATENCY_ROWS rows or fewer such a job is bound by latency
+ * alone and takes the variant with no register limit (1). Measured on the
+ * H200, docs/bench.md. Like rows per lane, it never changes a bit of a
+ * result. */
 #define SSM_LATENCY_ROWS 8
+__host__ __device__ inline bool tile_one_token(const tile_args &a)
+{
+    return a.history_mode == HISTORY_NONE && a.tokens == 1 && !a.token_offsets && !a.accepted;
+}
+
 __host__ __device__ inline int32_t tile_min_blocks(const tile_args &a)
 {
-    bool history = a.history_mode != HISTORY_NONE && a.history_mode != HISTORY_THROUGH;
-    bool one_token = !history && a.tokens == 1 && !a.token_offsets && !a.accepted;
-    if (one_token)
+    if (tile_one_token(a))
         return 4;
-    return a.rows <= SSM_LATENCY_ROWS ? 1 : 6;
+    return a.rows <= SSM_LATENCY_ROWS ? 1 : a.multi_token_blocks;
 }
 
 /* Value-row tiles of one head at RPL rows per lane. */
@@ -403,64 +483,41 @@ __host__ __device__ inline int32_t tiles_per_head(int32_t V, int32_t rpl)
     return (V + tile_rows(rpl) - 1) / tile_rows(rpl);
 }
 
-/* grid (tiles_per_head(V, SSM_TILE_RPL) * jobs, HV) with jobs = rows, or
- * rows * layers when a.layer < 0 (x carries both, so no 65535 limit on
- * jobs); 32 * SSM_TILE_WARPS threads; at least MIN_BLOCKS blocks per SM
- * (tile_min_blocks() picks it per job). */
-template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
+/* Blocks per head when each block runs `passes` consecutive tiles of it. */
+__host__ __device__ inline int32_t tile_blocks_per_head(int32_t V, int32_t passes)
 {
-    constexpr int RPL = SSM_TILE_RPL;
-    constexpr bool PREFETCH = MIN_BLOCKS == 1; /* the latency variant */
-    if ((int32_t)blockIdx.x < a.window_x) {
-        window_block<Act>(a);
-        return;
-    }
-    const dims &d = a.d;
-    int32_t tiles = tiles_per_head(d.V, RPL);
-    int32_t x = (int32_t)blockIdx.x - a.window_x;
-    int32_t job = x / tiles, tile = x % tiles;
-    int32_t r = a.layer < 0 ? job / a.layers : job;
-    int32_t layer = a.layer < 0 ? job % a.layers : a.layer;
-    int32_t h = blockIdx.y;
-    int32_t slot = a.slots[r];
-    /* One thread per row reports (the first layer's, in an all-layer job). */
-    bool reporter = tile == 0 && h == 0 && threadIdx.x == 0 && (a.layer >= 0 || layer == 0);
-    if (!slot_is_live(slot, a.capacity, a.flags, reporter))
-        return;
-    int32_t n_tokens = a.tokens;
-    if (a.token_offsets) {
-        int32_t left = a.token_offsets[r + 1] - a.token_offsets[r] - a.piece;
-        n_tokens = left < 0 ? 0 : (left < a.tokens ? left : a.tokens);
-    } else if (a.accepted) {
-        n_tokens = a.accepted[r];
-        if (n_tokens < 1 || n_tokens > a.tokens) {
-            if (reporter)
-                raise_flag(a.flags, a.capacity, slot, SSM_FLAG_BAD_ACCEPTED);
-            return;
-        }
-    }
-    head_tile<E, RPL, State> t;
-    tile_place(t, tile);
-    int32_t from = a.current ? a.current[slot] : 0;
-    State *source = state_head<State>(a, slot, layer, from, h);
-    tile_load(t, d, source);
+    int32_t tiles = tiles_per_head(V, SSM_TILE_RPL);
+    return (tiles + passes - 1) / passes;
+}
 
-    int64_t cell = (int64_t)slot * a.layers + layer;
+/* Where one block's tiles are: the job's row, slot, layer and value head,
+ * its token count, its state head, and its ring. */
+struct tile_job {
+    int32_t r, slot, layer, h, n_tokens;
+    int64_t cell;
+    const uint8_t *ring;
+};
+
+/* The history (unless HISTORY is false: a job without one), tokens and
+ * stores of one loaded tile of job j; PREFETCH: records are asked of L1
+ * before the loops read them (token_prefetch). */
+template <int E, int RPL, bool KDA, class State, class Act, bool HISTORY, bool PREFETCH>
+__device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile_args &a,
+                                         const tile_job &j, State *source)
+{
+    const dims &d = a.d;
     int32_t used = 0, start = 0;
-    const uint8_t *ring = a.ring ? a.ring + (int64_t)slot * a.ring_slot_stride +
-                                       (int64_t)layer * a.ring_layer_stride
-                                 : NULL;
-    if (a.history_mode == HISTORY_THROUGH) {
-        start = a.fold_taken[2 * cell];
-        used = a.fold_taken[2 * cell + 1];
+    if (!HISTORY) {
+    } else if (a.history_mode == HISTORY_THROUGH) {
+        start = a.fold_taken[2 * j.cell];
+        used = a.fold_taken[2 * j.cell + 1];
     } else if (a.history_mode != HISTORY_NONE) {
-        used = a.ring_n[cell];
-        start = a.ring_start[cell];
+        used = a.ring_n[j.cell];
+        start = a.ring_start[j.cell];
     }
-    if (a.history_mode != HISTORY_NONE) {
-        apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, a, ring, a.ring_layout, start, used,
-                                                         a.ring_mask, h);
+    if (HISTORY && a.history_mode != HISTORY_NONE) {
+        apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, d, j.ring, a.ring_layout, start,
+                                                         used, a.ring_mask, j.h);
         if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
@@ -468,38 +525,128 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
     const uint8_t *tok_base;
     int32_t tok_first = 0, tok_mask = 0x7fffffff;
     if (a.tok_in_ring) {
-        tok_base = ring;
+        tok_base = j.ring;
         tok_first = start + used;
         tok_mask = a.ring_mask;
     } else {
-        tok_base = a.tok ? a.tok + (int64_t)slot * a.tok_slot_stride +
-                               (int64_t)layer * a.tok_layer_stride
+        tok_base = a.tok ? a.tok + (int64_t)j.slot * a.tok_slot_stride +
+                               (int64_t)j.layer * a.tok_layer_stride
                          : NULL;
     }
     const record_layout &lay = a.tok_in_ring ? a.ring_layout : a.tok_layout;
     token_regs<E, RPL, KDA> tk;
     float o[RPL];
     if (PREFETCH)
-        token_prefetch<E, KDA>(d, lay, tok_base, tok_first + 1, n_tokens - 1, tok_mask, h, t.sub);
-    for (int32_t i = 0; i < n_tokens; i++) {
+        token_prefetch<E, KDA>(d, lay, tok_base, tok_first + 1, j.n_tokens - 1, tok_mask, j.h,
+                               t.sub);
+    for (int32_t i = 0; i < j.n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;
-        const float *q = a.out ? a.q + ((int64_t)slot * a.max_tokens + i) * d.H * d.K +
-                                     (int64_t)(h / d.group) * d.K
+        const float *q = a.out ? a.q + ((int64_t)j.slot * a.max_tokens + i) * d.H * d.K +
+                                     (int64_t)(j.h / d.group) * d.K
                                : (const float *)0;
-        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
+        token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, j.h, t);
         tile_token<E, RPL, KDA, State>(t, tk, q, o);
         if (a.out) {
-            int64_t token = a.token_offsets ? (int64_t)a.token_offsets[r] + a.piece + i
-                                            : (int64_t)r * a.tokens + i;
-            store_outputs((Act *)a.out + (token * d.HV + h) * d.V, d, t, o);
+            int64_t token = a.token_offsets ? (int64_t)a.token_offsets[j.r] + a.piece + i
+                                            : (int64_t)j.r * a.tokens + i;
+            store_outputs((Act *)a.out + (token * d.HV + j.h) * d.V, d, t, o);
         }
         if (a.store == STORE_EACH)
-            tile_store(t, d, state_head<State>(a, slot, layer, i, h));
+            tile_store(t, d, state_head<State>(a, j.slot, j.layer, i, j.h));
     }
     if (a.store == STORE_FINAL)
         tile_store(t, d, source);
     else if (a.store == STORE_DST)
-        tile_store(t, d, (State *)a.dst + (int64_t)h * d.V * d.K);
+        tile_store(t, d, (State *)a.dst + (int64_t)j.h * d.V * d.K);
+}
+
+/* Tiles [first, last) of job j's head, a one-token job without history:
+ * tile i + 1 is staged (tile_stage_async) while tile i is updated, so the
+ * block's state loads overlap its arithmetic and stores. */
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &j, State *source,
+                                            int32_t first, int32_t last)
+{
+    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
+    tile_stage_async(stage[0], a.d, source, first);
+    copy_async_commit();
+    griddep_wait(); /* tokens and q come from the prologue */
+    for (int32_t tile = first; tile < last; tile++) {
+        int32_t k = tile - first;
+        if (tile + 1 < last)
+            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], a.d, source, tile + 1);
+        copy_async_commit(); /* possibly empty: keeps one group per tile */
+        copy_async_wait<SSM_TILE_STAGES - 1>();
+        head_tile<E, RPL, State> t;
+        tile_place(t, tile);
+        tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
+        tile_run<E, RPL, KDA, State, Act, false, false>(t, a, j, source);
+    }
+}
+
+/* grid (tile_blocks_per_head(V, a.passes) * jobs, HV) with jobs = rows, or
+ * rows * layers when a.layer < 0 (x carries both, so no 65535 limit on
+ * jobs); 32 * SSM_TILE_WARPS threads; at least MIN_BLOCKS blocks per SM
+ * (tile_min_blocks() picks it per job). A block runs a.passes consecutive
+ * tiles of its head, paying the job's index loads once; in the one-token
+ * variant (MIN_BLOCKS 4, jobs without history: tile_one_token) the next
+ * tile's state is staged while the block updates the current one
+ * (tile_stream). */
+template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
+{
+    constexpr int RPL = SSM_TILE_RPL;
+    constexpr bool PIPELINE = MIN_BLOCKS == 4;
+    if ((int32_t)blockIdx.x < a.window_x) {
+        window_block<Act>(a);
+        return;
+    }
+    const dims &d = a.d;
+    int32_t tiles = tiles_per_head(d.V, RPL);
+    int32_t per_head = tile_blocks_per_head(d.V, a.passes);
+    int32_t x = (int32_t)blockIdx.x - a.window_x;
+    int32_t job = x / per_head, first = (x % per_head) * a.passes;
+    int32_t last = first + a.passes < tiles ? first + a.passes : tiles;
+    tile_job j;
+    j.r = a.layer < 0 ? job / a.layers : job;
+    j.layer = a.layer < 0 ? job % a.layers : a.layer;
+    j.h = blockIdx.y;
+    j.slot = a.slots[j.r];
+    /* One thread per row reports (the first layer's, in an all-layer job). */
+    bool reporter =
+        first == 0 && j.h == 0 && threadIdx.x == 0 && (a.layer >= 0 || j.layer == 0);
+    if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
+        return;
+    j.n_tokens = a.tokens;
+    if (a.token_offsets) {
+        int32_t left = a.token_offsets[j.r + 1] - a.token_offsets[j.r] - a.piece;
+        j.n_tokens = left < 0 ? 0 : (left < a.tokens ? left : a.tokens);
+    } else if (a.accepted) {
+        j.n_tokens = a.accepted[j.r];
+        if (j.n_tokens < 1 || j.n_tokens > a.tokens) {
+            if (reporter)
+                raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_BAD_ACCEPTED);
+            return;
+        }
+    }
+    j.cell = (int64_t)j.slot * a.layers + j.layer;
+    j.ring = a.ring ? a.ring + (int64_t)j.slot * a.ring_slot_stride +
+                          (int64_t)j.layer * a.ring_layer_stride
+                    : NULL;
+    State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
+    if constexpr (PIPELINE)
+        tile_stream<E, RPL, KDA, State, Act>(a, j, source, first, last);
+    else {
+        /* one tile: tile_passes() gives jobs with history or several tokens one */
+        /* Records, q and cursors may come from the prologue. Waiting before
+         * the state loads, not after, leaves the compiler free to issue them
+         * with the first token's loads (measured: +10% time the other way). */
+        griddep_wait();
+        head_tile<E, RPL, State> t;
+        tile_place(t, first);
+        tile_load(t, d, source);
+        tile_run<E, RPL, KDA, State, Act, true, MIN_BLOCKS == 1>(t, a, j, source);
+    }
 }
 
 } /* namespace ssm */

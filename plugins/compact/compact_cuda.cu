@@ -81,6 +81,7 @@ extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *st
     point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
     ta.tok = records;
     ta.store = STORE_NONE;
+    ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->services);
 }
 

@@ -62,6 +62,7 @@ extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step
     ta.current = n->current;
     tile_step_tokens(ta, step);
     ta.store = STORE_EACH;
+    ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->services);
 }
 

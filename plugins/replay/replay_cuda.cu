@@ -57,8 +57,7 @@ static ssm_status check_identity_fits(replay_mode *r)
                                   "cannot read the device's shared memory size");
     const ssm_model_dims &m = r->params.model;
     int32_t T = r->params.max_tokens;
-    size_t need = identity_shared_bytes(r->options.history + T, T, m.key_dim,
-                                        m.kind == SSM_MODEL_KDA);
+    size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m), 2);
     if (need <= (size_t)limit)
         return SSM_OK;
     return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
@@ -176,6 +175,7 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
         return st;
     tile_step_tokens(ta, step);
     ta.tok_in_ring = true;
+    ta.after_prep = true;
     if (r->options.outputs == REPLAY_OUTPUTS_EXACT) {
         ta.history_mode = HISTORY_STEP;
         ta.store = STORE_NONE;
@@ -205,6 +205,7 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
     ta.history_mode = HISTORY_THROUGH;
     ta.fold_taken = r->gpu->fold_taken;
     ta.store = STORE_FINAL;
+    ta.after_prep = true;
     return launch_tile(g, ta, step->stream, r->services);
 }
 
