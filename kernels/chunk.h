@@ -26,6 +26,10 @@
 
 #include "ssmstate/types.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The chunk length of the prefill (SPEC's 64 tokens). */
 #define SSM_CHUNK_TOKENS 64
 
@@ -62,5 +66,9 @@ int64_t ssm_chunk_sequence_scratch_floats(const ssm_model_dims *m);
 void ssm_chunk_sequence(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
                         const ssm_layer_weights *w, void *window, void *state,
                         const ssm_step_io *io, int64_t n, float *scratch);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
