@@ -57,7 +57,7 @@ __host__ __device__ inline size_t chunk_shared_floats(int32_t K)
     return 4 * c * k      /* k (then beta e^G k), q (then e^G q), G (then W), X */
            + 3 * c * c    /* A, T, QK */
            + 2 * c * rows /* beta v, U */
-           + rows * k     /* the state tile */
+           + rows * (k + 1) /* the state tile, rows padded by one (no bank conflicts) */
            + 2 * k        /* G_last, e^{G_last} */
            + c;           /* beta */
 }
@@ -69,6 +69,8 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
 {
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, R = SSM_CHUNK_ROWS, K = a.K, gk = a.gk;
+    const int32_t KP = K + 1; /* the state tile's row stride: lanes of a warp on different rows
+                                 read different banks */
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, threads = blockDim.x;
     const int32_t warp = tid >> 5, lane = tid & 31, warps = threads >> 5;
@@ -78,14 +80,14 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
     float *kc = shared, *qc = kc + C * K, *G = qc + C * K, *X = G + C * K;
     float *A = X + C * K, *T = A + C * C, *QK = T + C * C;
     float *bv = QK + C * C, *U = bv + C * R, *S = U + C * R;
-    float *glast = S + R * K, *elast = glast + K, *beta = elast + K;
+    float *glast = S + R * KP, *elast = glast + K, *beta = elast + K;
     float *W = G; /* W takes G's place once G is spent (step e) */
     const int32_t key_head = h / a.group;
     State *state = (State *)a.state + r * a.state_row + (int64_t)h * a.V * K;
 
     for (int32_t i = tid; i < R * K; i += threads) {
         int32_t e = i / K, j = i % K;
-        S[i] = e0 + e < a.V ? load(state + (int64_t)(e0 + e) * K + j) : 0.0f;
+        S[e * KP + j] = e0 + e < a.V ? load(state + (int64_t)(e0 + e) * K + j) : 0.0f;
     }
     for (int32_t t0 = 0; t0 < n; t0 += C) {
         const int32_t c = n - t0 < C ? n - t0 : C;
@@ -99,11 +101,15 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
         }
         for (int32_t t = tid; t < c; t += threads)
             beta[t] = a.beta[r * a.beta_row + (t0 + t) * a.beta_token + h];
-        for (int32_t j = tid; j < gk; j += threads) {
-            const float *g = a.g + r * a.g_row + t0 * a.g_token + (int64_t)h * gk + j;
+        for (int32_t i = tid; i < c * gk; i += threads) {
+            int32_t t = i / gk, j = i % gk;
+            G[i] = a.g[r * a.g_row + (t0 + t) * a.g_token + (int64_t)h * gk + j];
+        }
+        __syncthreads();
+        for (int32_t j = tid; j < gk; j += threads) { /* the running sum, in place */
             float sum = 0.0f;
             for (int32_t t = 0; t < c; t++) {
-                sum += g[t * a.g_token];
+                sum += G[t * gk + j];
                 G[t * gk + j] = sum;
             }
         }
@@ -181,7 +187,7 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
             for (int32_t m = 0; m <= t; m++)
                 uv += T[t * c + m] * bv[m * R + e];
             for (int32_t j = 0; j < K; j++)
-                recalled += W[t * K + j] * S[e * K + j];
+                recalled += W[t * K + j] * S[e * KP + j];
             U[i] = uv - recalled;
         }
         __syncthreads();
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
                     continue;
                 float acc = 0.0f;
                 for (int32_t j = 0; j < K; j++)
-                    acc += S[e * K + j] * qc[t * K + j];
+                    acc += S[e * KP + j] * qc[t * K + j];
                 for (int32_t m = 0; m <= t; m++)
                     acc += QK[t * c + m] * U[m * R + e];
                 a.out[r * a.out_row + (t0 + t) * a.out_token + (int64_t)h * a.V + e0 + e] = acc;
@@ -203,17 +209,17 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
         /* g. */
         for (int32_t i = tid; i < R * K; i += threads) {
             int32_t e = i / K, j = i % K;
-            float s = S[i] * elast[gk == 1 ? 0 : j];
+            float s = S[e * KP + j] * elast[gk == 1 ? 0 : j];
             for (int32_t m = 0; m < c; m++)
                 s += U[m * R + e] * X[m * K + j];
-            S[i] = round_to((const State *)0, s);
+            S[e * KP + j] = round_to((const State *)0, s);
         }
     }
     __syncthreads();
     for (int32_t i = tid; i < R * K; i += threads) {
         int32_t e = i / K, j = i % K;
         if (e0 + e < a.V)
-            store(state + (int64_t)(e0 + e) * K + j, S[i]);
+            store(state + (int64_t)(e0 + e) * K + j, S[e * KP + j]);
     }
 }
 

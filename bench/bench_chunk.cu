@@ -1,0 +1,157 @@
+/* Times the GPU's chunked recurrence (kernels/cuda/chunk.cuh) alone on the
+ * prefill shapes of issue 5: Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and
+ * Kimi-Linear (KDA, H = HV = 32), fp32 state, 1 x 4096 and 8 x 1024 tokens,
+ * one layer. Inputs are prepared tokens (normalized-scale k and q, v,
+ * log-decays, beta) filled on the device; the conv and gates of the
+ * prologue are not in the time. Prints the median over the repetitions
+ * (CUDA events) and tokens/s per layer. Not yet behind the prefill calls:
+ * docs/prefill.md.
+ *
+ *   nvcc -std=c++17 -O3 --fmad=false -gencode=arch=compute_90,code=sm_90 \
+ *        -I. -Iinclude bench/bench_chunk.cu -o bench_chunk && ./bench_chunk */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/cuda/chunk.cuh"
+
+namespace {
+
+/* Uniform in [lo, hi) from the element index (a hash): reproducible inputs. */
+__global__ void fill(float *x, int64_t n, uint32_t seed, float lo, float hi)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 16;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f);
+    }
+}
+
+struct Shape {
+    const char *model;
+    bool kda;
+    int32_t H, HV, rows, tokens;
+};
+
+bool ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess)
+        std::fprintf(stderr, "bench_chunk: %s: %s\n", what, cudaGetErrorString(e));
+    return e == cudaSuccess;
+}
+
+float *device_floats(int64_t n, uint32_t seed, float lo, float hi)
+{
+    float *p = nullptr;
+    if (!ok(cudaMalloc(&p, sizeof(float) * n), "cudaMalloc"))
+        return nullptr;
+    fill<<<1024, 256>>>(p, n, seed, lo, hi);
+    return p;
+}
+
+/* Median time in ms of one launch over `reps`, or a negative value. */
+double time_shape(const Shape &s, int reps)
+{
+    const int32_t K = 128, V = 128, gk = s.kda ? K : 1;
+    int64_t tokens = (int64_t)s.rows * s.tokens;
+    float *q = device_floats(tokens * s.H * K, 1, -0.09f, 0.09f);
+    float *k = device_floats(tokens * s.H * K, 2, -0.09f, 0.09f);
+    float *v = device_floats(tokens * s.HV * V, 3, -1.0f, 1.0f);
+    float *g = device_floats(tokens * s.HV * gk, 4, -0.1f, 0.0f);
+    float *beta = device_floats(tokens * s.HV, 5, 0.0f, 1.0f);
+    float *state = device_floats((int64_t)s.rows * s.HV * V * K, 6, -0.1f, 0.1f);
+    float *out = device_floats(tokens * s.HV * V, 7, 0.0f, 0.0f);
+    int32_t *counts = nullptr;
+    std::vector<int32_t> host(s.rows, s.tokens);
+    double median = -1;
+    if (q && k && v && g && beta && state && out &&
+        ok(cudaMalloc(&counts, sizeof(int32_t) * s.rows), "cudaMalloc") &&
+        ok(cudaMemcpy(counts, host.data(), sizeof(int32_t) * s.rows, cudaMemcpyHostToDevice),
+           "counts")) {
+        ssm::chunk_args a = {};
+        a.H = s.H;
+        a.HV = s.HV;
+        a.K = K;
+        a.V = V;
+        a.group = s.HV / s.H;
+        a.gk = gk;
+        a.counts = counts;
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.g = g;
+        a.beta = beta;
+        a.qk_token = (int64_t)s.H * K;
+        a.qk_row = s.tokens * a.qk_token;
+        a.v_token = (int64_t)s.HV * V;
+        a.v_row = s.tokens * a.v_token;
+        a.g_token = (int64_t)s.HV * gk;
+        a.g_row = s.tokens * a.g_token;
+        a.beta_token = s.HV;
+        a.beta_row = (int64_t)s.tokens * s.HV;
+        a.state = state;
+        a.state_row = (int64_t)s.HV * V * K;
+        a.out = out;
+        a.out_token = a.v_token;
+        a.out_row = a.v_row;
+        dim3 grid((V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, s.HV, s.rows);
+        size_t shared = ssm::chunk_shared_floats(K) * sizeof(float);
+        cudaFuncSetAttribute(ssm::chunk_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)shared);
+        cudaEvent_t start, stop;
+        cudaEventCreate(&start);
+        cudaEventCreate(&stop);
+        std::vector<double> times;
+        for (int i = 0; i < reps + 2; i++) {
+            cudaEventRecord(start);
+            ssm::chunk_kernel<float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
+            cudaEventRecord(stop);
+            if (!ok(cudaEventSynchronize(stop), "chunk_kernel"))
+                break;
+            float ms = 0;
+            cudaEventElapsedTime(&ms, start, stop);
+            if (i >= 2) /* two warm-up launches */
+                times.push_back(ms);
+        }
+        if (ok(cudaGetLastError(), "chunk_kernel") && !times.empty()) {
+            std::sort(times.begin(), times.end());
+            median = times[times.size() / 2];
+        }
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+    }
+    for (void *p : {(void *)q, (void *)k, (void *)v, (void *)g, (void *)beta, (void *)state,
+                    (void *)out, (void *)counts})
+        cudaFree(p);
+    return median;
+}
+
+} /* namespace */
+
+int main()
+{
+    const Shape shapes[] = {
+        {"qwen3-next (GDN)", false, 16, 32, 1, 4096},
+        {"qwen3-next (GDN)", false, 16, 32, 8, 1024},
+        {"kimi-linear (KDA)", true, 32, 32, 1, 4096},
+        {"kimi-linear (KDA)", true, 32, 32, 8, 1024},
+    };
+    std::printf("%-20s %10s %12s %16s\n", "model", "B x T", "median ms", "tokens/s/layer");
+    int failed = 0;
+    for (const Shape &s : shapes) {
+        double ms = time_shape(s, 10);
+        if (ms < 0) {
+            failed = 1;
+            continue;
+        }
+        double rate = (double)s.rows * s.tokens / (ms * 1e-3);
+        std::printf("%-20s %4d x %-5d %12.3f %15.2fM\n", s.model, s.rows, s.tokens, ms,
+                    rate / 1e6);
+    }
+    return failed;
+}
