@@ -86,8 +86,8 @@ double time_shape(const Shape &s, int reps)
         a.v = v;
         a.g = g;
         a.beta = beta;
-        a.qk_token = (int64_t)s.H * K;
-        a.qk_row = s.tokens * a.qk_token;
+        a.q_token = a.k_token = (int64_t)s.H * K;
+        a.q_row = a.k_row = s.tokens * a.q_token;
         a.v_token = (int64_t)s.HV * V;
         a.v_row = s.tokens * a.v_token;
         a.g_token = (int64_t)s.HV * gk;
@@ -95,13 +95,14 @@ double time_shape(const Shape &s, int reps)
         a.beta_token = s.HV;
         a.beta_row = (int64_t)s.tokens * s.HV;
         a.state = state;
-        a.state_row = (int64_t)s.HV * V * K;
+        a.layers = 1;
+        a.snapshots = 1;
         a.out = out;
         a.out_token = a.v_token;
         a.out_row = a.v_row;
         dim3 grid((V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, s.HV, s.rows);
         size_t shared = ssm::chunk_shared_floats(K) * sizeof(float);
-        cudaFuncSetAttribute(ssm::chunk_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(ssm::chunk_kernel<float, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)shared);
         cudaEvent_t start, stop;
         cudaEventCreate(&start);
@@ -109,7 +110,7 @@ double time_shape(const Shape &s, int reps)
         std::vector<double> times;
         for (int i = 0; i < reps + 2; i++) {
             cudaEventRecord(start);
-            ssm::chunk_kernel<float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
+            ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
             cudaEventRecord(stop);
             if (!ok(cudaEventSynchronize(stop), "chunk_kernel"))
                 break;

@@ -33,20 +33,32 @@ namespace ssm {
 #define SSM_CHUNK_ROWS 32   /* value rows of one block */
 #define SSM_CHUNK_THREADS 256
 
-/* Where a chunk job's inputs and outputs are: element (row r, token t, ...)
- * at base + r * row_stride + t * token_stride + the offset within a token,
- * in elements. q and k are [H][K] per token (k normalized, q normalized and
- * scaled), v [HV][V], g [HV] (GDN) or [HV][K] (KDA) log-decays, beta [HV];
- * the state [HV][V][K] per row, the outputs [HV][V] per token (NULL: none).
- * counts[r] tokens of row r run (0: the row is skipped). */
+/* Where a chunk job's inputs and outputs are, in elements. Row r of the
+ * launch (blockIdx.z) reads the inputs of `in_row` = slots[r] (slots NULL:
+ * r; -1: padding, skipped; outside [0, capacity): skipped and flagged):
+ * q of (in_row, token t, key head) at q + in_row * q_row + t * q_token +
+ * head * K, likewise k, v ([HV][V] per token, Act), g ([HV] for GDN,
+ * [HV][K] for KDA: log-decays) and beta ([HV]). Its state is
+ * state + ((in_row * layers + layer) * snapshots + (current ? current[in_row]
+ * : 0)) * HV * V * K ([HV][V][K], State). Its tokens: counts[r], or with
+ * token_offsets the prefill piece's, clamp(token_offsets[r + 1] -
+ * token_offsets[r] - piece, 0, SSM_CHUNK_TOKENS). Outputs ([HV][V] per
+ * token, Act; out NULL: none) of token t at out + index * out_token with
+ * index token_offsets[r] + piece + t, or r * out_row / out_token + t. */
 struct chunk_args {
     int32_t H, HV, K, V, group, gk; /* gk: K (per-channel decay) or 1 */
-    const int32_t *counts;
-    const float *q, *k, *v, *g, *beta;
-    int64_t qk_row, qk_token, v_row, v_token, g_row, g_token, beta_row, beta_token;
+    const int32_t *counts, *token_offsets;
+    int32_t piece;
+    const int32_t *slots;
+    int32_t capacity;
+    uint32_t *flags;
+    const float *q, *k, *g, *beta;
+    const void *v;
+    int64_t q_row, q_token, k_row, k_token, v_row, v_token, g_row, g_token, beta_row, beta_token;
     void *state;
-    int64_t state_row;
-    float *out;
+    int32_t layers, layer, snapshots;
+    const int32_t *current;
+    void *out;
     int64_t out_row, out_token;
 };
 
@@ -64,7 +76,7 @@ __host__ __device__ inline size_t chunk_shared_floats(int32_t K)
 
 /* grid (ceil(V / SSM_CHUNK_ROWS), HV, rows), SSM_CHUNK_THREADS threads,
  * chunk_shared_floats(K) floats of dynamic shared memory. */
-template <class State>
+template <class State, class Act>
 __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args a)
 {
     extern __shared__ float shared[];
@@ -74,7 +86,17 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, threads = blockDim.x;
     const int32_t warp = tid >> 5, lane = tid & 31, warps = threads >> 5;
-    const int32_t n = a.counts[r];
+    const int32_t in_row = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
+                                 blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
+        return;
+    int32_t n;
+    if (a.token_offsets) {
+        int32_t left = a.token_offsets[r + 1] - a.token_offsets[r] - a.piece;
+        n = left < 0 ? 0 : (left < C ? left : C);
+    } else {
+        n = a.counts[r];
+    }
     if (n <= 0)
         return;
     float *kc = shared, *qc = kc + C * K, *G = qc + C * K, *X = G + C * K;
@@ -83,7 +105,12 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
     float *glast = S + R * KP, *elast = glast + K, *beta = elast + K;
     float *W = G; /* W takes G's place once G is spent (step e) */
     const int32_t key_head = h / a.group;
-    State *state = (State *)a.state + r * a.state_row + (int64_t)h * a.V * K;
+    const int64_t head = (int64_t)a.V * K;
+    const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
+                             (a.current ? a.current[in_row] : 0);
+    State *state = (State *)a.state + (snapshot * a.HV + h) * head;
+    const Act *values = (const Act *)a.v;
+    Act *out = (Act *)a.out;
 
     for (int32_t i = tid; i < R * K; i += threads) {
         int32_t e = i / K, j = i % K;
@@ -95,15 +122,15 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
         /* a. */
         for (int32_t i = tid; i < c * K; i += threads) {
             int32_t t = i / K, j = i % K;
-            int64_t at = r * a.qk_row + (t0 + t) * a.qk_token + (int64_t)key_head * K + j;
-            kc[i] = a.k[at];
-            qc[i] = a.q[at];
+            int64_t at = (int64_t)key_head * K + j;
+            kc[i] = a.k[in_row * a.k_row + (t0 + t) * a.k_token + at];
+            qc[i] = a.q[in_row * a.q_row + (t0 + t) * a.q_token + at];
         }
         for (int32_t t = tid; t < c; t += threads)
-            beta[t] = a.beta[r * a.beta_row + (t0 + t) * a.beta_token + h];
+            beta[t] = a.beta[in_row * a.beta_row + (t0 + t) * a.beta_token + h];
         for (int32_t i = tid; i < c * gk; i += threads) {
             int32_t t = i / gk, j = i % gk;
-            G[i] = a.g[r * a.g_row + (t0 + t) * a.g_token + (int64_t)h * gk + j];
+            G[i] = a.g[in_row * a.g_row + (t0 + t) * a.g_token + (int64_t)h * gk + j];
         }
         __syncthreads();
         for (int32_t j = tid; j < gk; j += threads) { /* the running sum, in place */
@@ -116,9 +143,9 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
         __syncthreads();
         for (int32_t i = tid; i < c * R; i += threads) {
             int32_t t = i / R, e = i % R;
-            float v = e0 + e < a.V
-                          ? a.v[r * a.v_row + (t0 + t) * a.v_token + (int64_t)h * a.V + e0 + e]
-                          : 0.0f;
+            float v = e0 + e < a.V ? load(values + in_row * a.v_row + (t0 + t) * a.v_token +
+                                          (int64_t)h * a.V + e0 + e)
+                                   : 0.0f;
             bv[i] = beta[t] * v;
         }
         /* b. */
@@ -192,7 +219,7 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
         }
         __syncthreads();
         /* f. */
-        if (a.out) {
+        if (out) {
             for (int32_t i = tid; i < c * R; i += threads) {
                 int32_t t = i / R, e = i % R;
                 if (e0 + e >= a.V)
@@ -202,7 +229,10 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
                     acc += S[e * KP + j] * qc[t * K + j];
                 for (int32_t m = 0; m <= t; m++)
                     acc += QK[t * c + m] * U[m * R + e];
-                a.out[r * a.out_row + (t0 + t) * a.out_token + (int64_t)h * a.V + e0 + e] = acc;
+                int64_t token = a.token_offsets
+                                    ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
+                                    : r * (a.out_row / a.out_token) + t0 + t;
+                store(out + token * a.out_token + (int64_t)h * a.V + e0 + e, acc);
             }
             __syncthreads(); /* S is read above and written below */
         }

@@ -13,6 +13,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/chunk.cuh"
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
@@ -27,8 +28,12 @@ struct gpu_common {
     ssm_dtype state_dtype, act_dtype;
     size_t act_size, state_size;
     int64_t state_elems;  /* one layer: HV * V * K */
-    uint8_t *tokens;      /* [capacity][max_tokens] records (prefill, decode, native verify) */
+    uint8_t *tokens;      /* [capacity][max_tokens] records (decode, native verify) */
     float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
+    /* The chunked prefill's piece: [capacity][SSM_CHUNK_TOKENS] records (the
+     * decay field holding the log-decay) and their q. */
+    uint8_t *prefill_tokens;
+    float *prefill_q;
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -37,12 +42,13 @@ struct gpu_common {
     bool overlap;               /* recurrence kernels overlap their prologue (PDL) */
 };
 
-/* Bytes per slot of the token scratch and q buffer. */
+/* Bytes per slot of the token scratch and q buffer, the prefill's
+ * (SSM_CHUNK_TOKENS tokens) included. */
 inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
     size_t q = (size_t)p->model.heads * p->model.key_dim * sizeof(float);
-    return (size_t)p->max_tokens * ((size_t)raw.bytes + q);
+    return ((size_t)p->max_tokens + SSM_CHUNK_TOKENS) * ((size_t)raw.bytes + q);
 }
 
 /* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
@@ -83,9 +89,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     size_t slots = (size_t)p->capacity * p->max_tokens;
     g.tokens = (uint8_t *)s->alloc(s->core, slots * (size_t)g.raw.bytes);
     g.q = (float *)s->alloc(s->core, slots * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
+    size_t pieces = (size_t)p->capacity * SSM_CHUNK_TOKENS;
+    g.prefill_tokens = (uint8_t *)s->alloc(s->core, pieces * (size_t)g.raw.bytes);
+    g.prefill_q = (float *)s->alloc(
+        s->core, pieces * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
     g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
     int32_t *host = (int32_t *)s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
-    if (!g.tokens || !g.q || !g.slot_table || !host) {
+    if (!g.tokens || !g.q || !g.prefill_tokens || !g.prefill_q || !g.slot_table || !host) {
         s->release_host(s->core, host);
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for scratch");
     }
@@ -103,9 +113,13 @@ inline void gpu_common_destroy(gpu_common &g, const ssm_services_v1 *s)
 {
     s->release(s->core, g.tokens);
     s->release(s->core, g.q);
+    s->release(s->core, g.prefill_tokens);
+    s->release(s->core, g.prefill_q);
     s->release(s->core, g.slot_table);
     g.tokens = NULL;
     g.q = NULL;
+    g.prefill_tokens = NULL;
+    g.prefill_q = NULL;
     g.slot_table = NULL;
 }
 
@@ -321,14 +335,106 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
     return launch_status(s, "recurrence kernel");
 }
 
+/* The chunk kernel's launch for its state and activation types. */
+template <class State, class Act>
+inline void launch_chunk_typed(const chunk_args &a, int32_t rows, cudaStream_t st)
+{
+    dim3 grid((unsigned)((a.V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS), (unsigned)a.HV,
+              (unsigned)rows);
+    size_t shared = chunk_shared_floats(a.K) * sizeof(float);
+    cudaFuncSetAttribute(chunk_kernel<State, Act>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)shared);
+    chunk_kernel<State, Act><<<grid, SSM_CHUNK_THREADS, shared, st>>>(a);
+}
+
+/* A prefill through the chunked form (kernels/cuda/chunk.cuh), as every
+ * mode runs it: for each piece of SSM_CHUNK_TOKENS tokens a prologue writes
+ * the rows' records with log-decays to the prefill scratch, then one chunk
+ * per (row, head, value tile) from the slot's state (`state`, `snapshots`
+ * and `current` as tile_args takes them) back to it, the outputs to io->out. */
+inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 *step,
+                                         void *conv, void *state, int32_t snapshots,
+                                         const int32_t *current, const ssm_services_v1 *s)
+{
+    const dims &d = g.d;
+    int32_t pieces = (step->max_row_tokens + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
+    int64_t slot_stride = (int64_t)SSM_CHUNK_TOKENS * g.raw.bytes;
+    int64_t floats = g.raw.bytes / (int64_t)sizeof(float);
+    int64_t acts = g.raw.bytes / (int64_t)g.act_size;
+    for (int32_t p = 0; p < pieces; p++) {
+        prep_args pa = prep_for(g, step, conv, false);
+        pa.piece = p * SSM_CHUNK_TOKENS;
+        pa.tokens = SSM_CHUNK_TOKENS;
+        pa.max_tokens = SSM_CHUNK_TOKENS; /* the q scratch's tokens per slot */
+        pa.records = g.prefill_tokens;
+        pa.slot_stride = slot_stride;
+        pa.q = g.prefill_q;
+        pa.log_decay = true;
+        ssm_status st = launch_prep(g, pa, step->stream, s);
+        if (st != SSM_OK || step->rows == 0)
+            return st;
+        chunk_args a = {};
+        a.H = d.H;
+        a.HV = d.HV;
+        a.K = d.K;
+        a.V = d.V;
+        a.group = d.group;
+        a.gk = d.kda ? d.K : 1;
+        a.token_offsets = step->token_offsets;
+        a.piece = pa.piece;
+        a.slots = step->slots;
+        a.capacity = g.capacity;
+        a.flags = g.flags;
+        a.q = g.prefill_q;
+        a.q_token = (int64_t)d.H * d.K;
+        a.q_row = SSM_CHUNK_TOKENS * a.q_token;
+        a.k = (const float *)(g.prefill_tokens + g.raw.k);
+        a.k_row = SSM_CHUNK_TOKENS * floats;
+        a.k_token = floats;
+        a.v = g.prefill_tokens + g.raw.v;
+        a.v_row = SSM_CHUNK_TOKENS * acts;
+        a.v_token = acts;
+        a.g = (const float *)(g.prefill_tokens + g.raw.decay);
+        a.g_row = a.k_row;
+        a.g_token = floats;
+        a.beta = (const float *)(g.prefill_tokens + g.raw.beta);
+        a.beta_row = a.k_row;
+        a.beta_token = floats;
+        a.state = state;
+        a.layers = g.layers;
+        a.layer = step->layer;
+        a.snapshots = snapshots;
+        a.current = current;
+        a.out = step->io.out;
+        a.out_token = (int64_t)d.HV * d.V;
+        a.out_row = a.out_token; /* unused with token_offsets */
+        cudaStream_t stream = (cudaStream_t)step->stream;
+        bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+        if (bf16_state && bf16_act)
+            launch_chunk_typed<bf16, bf16>(a, step->rows, stream);
+        else if (bf16_state)
+            launch_chunk_typed<bf16, float>(a, step->rows, stream);
+        else if (bf16_act)
+            launch_chunk_typed<float, bf16>(a, step->rows, stream);
+        else
+            launch_chunk_typed<float, float>(a, step->rows, stream);
+        st = launch_status(s, "chunked prefill kernel");
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
 /* Prefill and decode in place, as every mode runs them: a prologue that
  * advances the window, then a tile job storing the state back, for the
- * step's token or, for a prefill, for each piece of T_max tokens. `state`,
+ * step's token (a prefill goes to launch_prefill_chunked). `state`,
  * `snapshots` and `current` as tile_for and tile_args take them. */
 inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, void *conv,
                                   void *state, int32_t snapshots, const int32_t *current,
                                   const ssm_services_v1 *s)
 {
+    if (step->token_offsets && step->layer >= 0)
+        return launch_prefill_chunked(g, step, conv, state, snapshots, current, s);
     int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
                                          : 1;
     for (int32_t p = 0; p < pieces; p++) {

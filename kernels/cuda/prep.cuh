@@ -37,6 +37,7 @@ struct prep_args {
     void *conv;        /* [capacity][layers][conv_rows][D] act */
     int32_t conv_rows; /* W - 1 + max_tokens */
     bool stage;        /* verify: stage inputs in the tail; else advance the window */
+    bool log_decay;    /* write the log-decay g, not e^g (the chunked prefill's records) */
     /* Record of token t of a slot: records + slot * slot_stride +
      * layer * layer_stride + index(t) * layout.bytes, where index(t) = t, or
      * for a replay ring (ring_n != NULL) (start + n + t) & ring_mask. */
@@ -251,7 +252,7 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n
         float g = d.kda ? ssm_kda_gate(a.a_log[h], in, a.dt_bias[e], d.has_lower_bound,
                                        d.lower_bound)
                         : ssm_gdn_gate(a.a_log[h], in, a.dt_bias[h]);
-        ((float *)(record + a.layout.decay))[e] = ssm_expf(g);
+        ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : ssm_expf(g);
         if (!a.ring_n)
             continue;
         if (t == 0 && !place.previous) {

@@ -152,8 +152,8 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts)
     a.v = d.v + first * b.v_token();
     a.g = d.g + first * b.g_token();
     a.beta = d.beta + first * c.HV;
-    a.qk_row = b.nmax * b.qk_token();
-    a.qk_token = b.qk_token();
+    a.q_row = a.k_row = b.nmax * b.qk_token();
+    a.q_token = a.k_token = b.qk_token();
     a.v_row = b.nmax * b.v_token();
     a.v_token = b.v_token();
     a.g_row = b.nmax * b.g_token();
@@ -161,20 +161,21 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts)
     a.beta_row = b.nmax * c.HV;
     a.beta_token = c.HV;
     a.state = d.state;
-    a.state_row = b.state_row();
+    a.layers = 1;
+    a.snapshots = 1;
     a.out = d.out + first * b.v_token();
     a.out_row = b.nmax * b.v_token();
     a.out_token = b.v_token();
     dim3 grid((c.V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, c.HV, ROWS);
     size_t shared = ssm::chunk_shared_floats(c.K) * sizeof(float);
     if (c.bf16_state) {
-        cudaFuncSetAttribute(ssm::chunk_kernel<ssm::bf16>,
+        cudaFuncSetAttribute(ssm::chunk_kernel<ssm::bf16, float>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        ssm::chunk_kernel<ssm::bf16><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
+        ssm::chunk_kernel<ssm::bf16, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
     } else {
-        cudaFuncSetAttribute(ssm::chunk_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(ssm::chunk_kernel<float, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)shared);
-        ssm::chunk_kernel<float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
+        ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
     }
     return ok(cudaGetLastError(), "chunk_kernel") && ok(cudaDeviceSynchronize(), "chunk_kernel");
 }

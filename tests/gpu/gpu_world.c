@@ -107,8 +107,13 @@ static int world_init(world *w, const setup *su, variant v, uint64_t salt, const
     w->ad = su->ad;
     w->v = v;
     w->bound = spec_bound_outputs(w->sd, w->ad);
+    /* States: the CUDA prefill is chunked (kernels/cuda/chunk.cuh), the CPU's
+     * sequential, so a bf16 state is rounded once per chunk on one side and
+     * after every token on the other. SPEC 3.5 holds each to fp64: the
+     * sequential within 2e-3, the chunked within 5e-3; their distance is
+     * then within 7e-3 (measured up to 4.1e-3). An fp32 state holds 1e-5. */
     w->state_bound.kind = SPEC_REL_RMS_WHOLE;
-    w->state_bound.limit = w->sd == SSM_DTYPE_BF16 ? 4e-3 : 1e-5;
+    w->state_bound.limit = w->sd == SSM_DTYPE_BF16 ? 7e-3 : 1e-5;
     test_rng_init(&w->rng, test_seed() ^ (salt * 0x9e3779b97f4a7c15ull));
     world_describe(w, what);
     if (!world_cuda_ok(w, cudaStreamCreate(&w->stream), "cudaStreamCreate"))
@@ -439,8 +444,8 @@ int world_snapshot(world *w, int s, int32_t slot, test_snapshot *out)
 }
 
 /* SPEC 3.5 on one exported state of `got` vs `ref` (one slot, one layer):
- * relative RMS over the state <= 1e-5 (fp32 state) or <= 4e-3 (bf16 state),
- * the state's own dtype deciding (w->state_bound). */
+ * relative RMS over the state <= 1e-5 (fp32 state) or <= 7e-3 (bf16 state,
+ * see world_init), the state's own dtype deciding (w->state_bound). */
 static int state_within_bound(world *w, const pair *p, int32_t lane, int32_t layer, const void *got,
                               const void *ref)
 {
