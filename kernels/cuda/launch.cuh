@@ -39,7 +39,8 @@ struct gpu_common {
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
-    bool overlap;               /* recurrence kernels overlap their prologue (PDL) */
+    bool overlap;               /* recurrence kernels overlap their prologue (PDL, sm_90 on) */
+    bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
 };
 
 /* Bytes per slot of the token scratch and q buffer, the prefill's
@@ -66,14 +67,20 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.state_dtype = p->state_dtype;
     g.act_dtype = p->activation_dtype;
     g.state_elems = (int64_t)p->model.value_heads * p->model.value_dim * p->model.key_dim;
-    int device = 0;
+    int device = 0, major = 0;
     g.sms = 0;
     g.shared_optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&g.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               device) != cudaSuccess)
-        g.sms = g.shared_optin = 0; /* unknown: the narrowest launch shapes */
+                               device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+        g.sms = g.shared_optin = major = 0; /* unknown: the narrowest launch shapes */
+        (void)cudaGetLastError();          /* so no later launch reports this error */
+    }
+    /* Below this, prefill runs the recurrent kernels in pieces of T_max. */
+    g.chunked_prefill =
+        chunk_shared_floats(g.d.K) * sizeof(float) <= (size_t)g.shared_optin;
     /* A measuring knob, read once here, never in a step: the register budget
      * of multi-token jobs above SSM_LATENCY_ROWS rows, 6 blocks of 80
      * registers (the default) or 1 (no cap, no spills). docs/bench.md. */
@@ -82,7 +89,7 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     /* Likewise: SSMSTATE_CUDA_OVERLAP=0 launches every kernel after the one
      * before it has finished. */
     const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
-    g.overlap = !(overlap && strcmp(overlap, "0") == 0);
+    g.overlap = major >= 9 && !(overlap && strcmp(overlap, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -427,13 +434,14 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
 
 /* Prefill and decode in place, as every mode runs them: a prologue that
  * advances the window, then a tile job storing the state back, for the
- * step's token (a prefill goes to launch_prefill_chunked). `state`,
+ * step's token, or for a prefill each piece of T_max tokens where the chunk
+ * kernel does not fit the device (else launch_prefill_chunked). `state`,
  * `snapshots` and `current` as tile_for and tile_args take them. */
 inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, void *conv,
                                   void *state, int32_t snapshots, const int32_t *current,
                                   const ssm_services_v1 *s)
 {
-    if (step->token_offsets && step->layer >= 0)
+    if (step->token_offsets && step->layer >= 0 && g.chunked_prefill)
         return launch_prefill_chunked(g, step, conv, state, snapshots, current, s);
     int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
                                          : 1;

@@ -145,21 +145,26 @@ __device__ __forceinline__ void copy_chunk_async(State *shared, const State *glo
     int bytes = valid ? 4 * (int)sizeof(State) : 0;
     if constexpr (sizeof(State) == 4)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global),
-                     "r"(bytes));
+                     "r"(bytes)
+                     : "memory");
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(global),
-                     "r"(bytes));
+                     "r"(bytes)
+                     : "memory");
 }
 
 __device__ __forceinline__ void copy_async_commit()
 {
-    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-/* Waits until at most `pending` of this thread's committed groups are in flight. */
+/* Waits until at most `pending` of this thread's committed groups are in
+ * flight. The "memory" clobbers keep the compiler from moving the stage's
+ * plain reads above this wait or below the next copy into the same stage:
+ * with no barrier between them, they are what orders the two. */
 template <int pending> __device__ __forceinline__ void copy_async_wait()
 {
-    asm volatile("cp.async.wait_group %0;" ::"n"(pending));
+    asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
 }
 
 /* Asks for tile `tile` of head into stage (this thread's chunks). */
@@ -349,7 +354,8 @@ struct tile_args {
     int32_t passes; /* tiles of a head each block runs (>= 1), launch_tile sets it */
     /* Host only: the launch directly follows this step's prologue in the
      * stream, so it may overlap it (griddep_wait in the kernel). Before the
-     * wait the kernel reads only slots, counts, `current` and the state. */
+     * wait the kernel reads only slots, token_offsets, accepted, `current`
+     * and the state, none of which a prologue writes. */
     bool after_prep;
     int32_t multi_token_blocks; /* budget of larger multi-token jobs: 6 or 1, launch_tile sets it */
     void *out; /* token-major [.][HV][V] act */
@@ -457,8 +463,8 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
 }
 
 /* Register budget of a tile job, as blocks per SM: a one-token job without
- * history keeps two tiles in 128 registers (4 blocks), the one it updates
- * and the next one's loads in flight; a job that runs several tokens or
+ * history keeps its tile in 128 registers (4 blocks) while the next tile
+ * arrives in shared memory (tile_stream); a job that runs several tokens or
  * records runs 6 blocks in 80 registers, more warps to hide each token's
  * latency; at SSM_LATENCY_ROWS rows or fewer such a job is bound by latency
  * alone and takes the variant with no register limit (1). Measured on the
@@ -467,7 +473,8 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
 #define SSM_LATENCY_ROWS 8
 __host__ __device__ inline bool tile_one_token(const tile_args &a)
 {
-    return a.history_mode == HISTORY_NONE && a.tokens == 1 && !a.token_offsets && !a.accepted;
+    return a.history_mode == HISTORY_NONE && a.tokens == 1 && !a.token_offsets && !a.accepted &&
+           !a.tok_in_ring;
 }
 
 __host__ __device__ inline int32_t tile_min_blocks(const tile_args &a)

@@ -111,7 +111,8 @@ static int world_init(world *w, const setup *su, variant v, uint64_t salt, const
      * sequential, so a bf16 state is rounded once per chunk on one side and
      * after every token on the other. SPEC 3.5 holds each to fp64: the
      * sequential within 2e-3, the chunked within 5e-3; their distance is
-     * then within 7e-3 (measured up to 4.1e-3). An fp32 state holds 1e-5. */
+     * then within 7e-3 (measured up to 4.1e-3). Every session starts with a
+     * prefill, so every later state carries it. An fp32 state holds 1e-5. */
     w->state_bound.kind = SPEC_REL_RMS_WHOLE;
     w->state_bound.limit = w->sd == SSM_DTYPE_BF16 ? 7e-3 : 1e-5;
     test_rng_init(&w->rng, test_seed() ^ (salt * 0x9e3779b97f4a7c15ull));
