@@ -4,7 +4,8 @@
  * 1. modes: a CPU context of the native mode (the reference), a CUDA native
  *    context and, for compact and replay, a CUDA context of that mode run one
  *    seeded session (same weights, inputs, rows, accepted lengths): prefill of
- *    variable lengths (an empty row, padding rows), then decode steps, verify
+ *    variable lengths (an empty row, padding rows, rows past two of the CUDA
+ *    prefill's pieces of 64 tokens), then decode steps, verify
  *    rounds of T = 4 with accepted lengths 1..4, resets and re-acquired slots,
  *    more prefill chunks. After every step each CUDA context's outputs are
  *    within SPEC 3.5's "CPU vs CUDA" bound of the CPU's (tests/spec_bounds.h:
@@ -55,17 +56,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/chunk.h"
 #include "kernels/reference.h"
 #include "tests/gpu/gpu_world.h"
 
 #define MAX_PREFILL 12
+#define LONG_PREFILL 150 /* past two of the chunked prefill's pieces of 64 */
 #define SESSION_OPS 14
 #define GRAPH_ROUNDS 24
 
 /* ------------------------------------------------------------ operations */
 
 /* A prefill chunk: random lanes (every clean lane when `all`), lengths 0,
- * at most W - 1, or up to MAX_PREFILL; one row empty when `empty`. */
+ * at most W - 1, up to MAX_PREFILL, or 65 to LONG_PREFILL (several of the
+ * CUDA prefill's pieces); one row empty when `empty`. */
 static int op_prefill(world *w, int all, int empty)
 {
     w->op = "prefill";
@@ -73,9 +77,10 @@ static int op_prefill(world *w, int all, int empty)
     int32_t count = all ? w->lanes : test_rng_int(&w->rng, 1, w->lanes);
     int32_t rows = world_pick_rows(w, count, test_rng_int(&w->rng, 0, 2), lanes);
     for (int32_t r = 0; r < rows; r++) {
-        int k = test_rng_int(&w->rng, 0, 3);
+        int k = test_rng_int(&w->rng, 0, 4);
         lengths[r] = k == 0   ? 0
                      : k == 1 ? test_rng_int(&w->rng, 1, w->m.conv_width - 1)
+                     : k == 4 ? test_rng_int(&w->rng, SSM_CHUNK_TOKENS + 1, LONG_PREFILL)
                               : test_rng_int(&w->rng, 1, MAX_PREFILL);
     }
     if (empty)
