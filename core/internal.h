@@ -31,4 +31,7 @@ const char *ssm_config_where(const ssm_config *config, int32_t line, char *buf, 
 /* Index of the mode section called `name`, or -1. */
 int32_t ssm_config_find_section(const ssm_config *config, const char *name);
 
+/* CRC32C (Castagnoli) of `bytes` bytes: the state page's checksum (core/page.c). */
+uint32_t ssm_crc32c(const void *data, size_t bytes);
+
 #endif

@@ -264,6 +264,50 @@ ssm_status ssm_forward_abort(ssm_ctx *ctx, const ssm_ticket *ticket, void *strea
 ssm_status ssm_slot_export_canonical(ssm_ctx *ctx, int32_t slot, void *const *conv,
                                      void *const *state, void *stream);
 
+/* ------------------------------------------------------------------ pages */
+
+/* A state page (SPEC 5, docs/pages.md): a header (magic, format version,
+ * model, dtypes, the value-head slice it holds, payload size, CRC32C of
+ * header and payload), then each layer's conv window [W-1][D] and state
+ * [HV][V][K]. Little-endian; mode-independent: a page exported in one mode
+ * imports into any other bit for bit. */
+#define SSM_PAGE_FORMAT_VERSION 1
+
+typedef struct ssm_page_info {
+    uint32_t format_version;
+    uint32_t library_version; /* of the writer, 0x00MMmmpp */
+    ssm_model_dims model;
+    ssm_dtype state_dtype;
+    ssm_dtype activation_dtype;
+    int32_t head_first, head_end; /* the value heads [first, end) it holds */
+    uint64_t payload_bytes;
+    uint64_t page_bytes;          /* header + payload */
+    uint32_t payload_crc;
+} ssm_page_info;
+
+/* Bytes of one slot's page in this context (0 for NULL). */
+size_t ssm_page_bytes(const ssm_ctx *ctx);
+
+/* Writes `slot`'s page to host memory `page` (`capacity` >= ssm_page_bytes).
+ * Never changes the slot (replay's history is folded into the page). CPU
+ * contexts for now (CUDA: SSM_ERR_UNSUPPORTED). Errors:
+ * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED,
+ * SSM_ERR_VERIFY_PENDING, SSM_ERR_UNSUPPORTED, SSM_ERR_OUT_OF_MEMORY. */
+ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t capacity);
+
+/* Loads a page of `bytes` bytes into acquired `slot`, replacing its state,
+ * window and the mode's scratch for it, and clearing its flags. Everything is
+ * checked first (ssm_page_inspect, then the page against the context): on
+ * any error the slot is as it was. Errors: those of ssm_slot_export_page,
+ * SSM_ERR_PAGE_INVALID (naming the field or checksum that failed). */
+ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes);
+
+/* Reads a page's header and verifies both checksums, without a context.
+ * Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_PAGE_INVALID (bad magic, another
+ * format version (both named), a header that describes no valid page, a
+ * truncated page, a checksum mismatch). */
+ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info);
+
 /* ----------------------------------------------------------------- status */
 
 typedef struct ssm_ctx_report {

@@ -1,0 +1,291 @@
+/* State pages (core/page.c, docs/pages.md) on CPU contexts: a page exported
+ * in any mode (replay with history pending) imports into any other and the
+ * two slots then agree bit for bit, in their exports and in the next
+ * decode's outputs; exporting never changes the slot; every rejection (magic, version, header or payload
+ * corruption, truncation, another model or dtype) gives SSM_ERR_PAGE_INVALID
+ * with a message naming it and leaves the slot as it was. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "tests/runner.h"
+#include "tests/testutil.h"
+
+static const char *const modes[] = {"native", "compact", "replay"};
+#define MODES 3
+
+/* A CPU context of `mode` and the weights its steps use (one seed: the
+ * same weights in every context of a test). */
+typedef struct page_ctx {
+    ssm_ctx *ctx;
+    ssm_model_dims m;
+    ssm_dtype state, act;
+    test_weights tw[2];
+    int32_t slot;
+} page_ctx;
+
+static void open_ctx(page_ctx *p, const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                     uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->m = *m;
+    p->state = state;
+    p->act = SSM_DTYPE_F32;
+    ssm_config c;
+    test_config(&c, m, mode, state, p->act, 4, 3);
+    ck_assert_int_eq(ssm_ctx_create(&c, &p->ctx), SSM_OK);
+    test_rng r;
+    test_rng_init(&r, seed);
+    for (int32_t l = 0; l < m->layers; l++)
+        test_weights_make(&r, m, 1, &p->tw[l]);
+    ck_assert_int_eq(ssm_slot_acquire(p->ctx, &p->slot), SSM_OK);
+}
+
+static void close_ctx(page_ctx *p)
+{
+    for (int32_t l = 0; l < p->m.layers; l++)
+        test_weights_free(&p->tw[l]);
+    ssm_ctx_destroy(p->ctx);
+}
+
+/* A prefill of n tokens (n > 0) or one decode (n == 0) of every layer of
+ * p's slot, inputs from seed; outputs of the last layer into *out when not
+ * NULL (owned by the caller). */
+static void run(page_ctx *p, int32_t n, uint64_t seed, void **out, size_t *out_bytes)
+{
+    test_rng r;
+    test_rng_init(&r, seed);
+    int32_t tokens = n > 0 ? n : 1, offsets[2] = {0, tokens};
+    for (int32_t l = 0; l < p->m.layers; l++) {
+        test_io io;
+        test_io_make(&r, &p->m, p->act, tokens, &io);
+        if (n > 0) {
+            ssm_prefill_batch b = {1, &p->slot, offsets, tokens, NULL, NULL};
+            ck_assert_int_eq(ssm_prefill(p->ctx, l, &b, &p->tw[l].w, &io.io, NULL), SSM_OK);
+        } else {
+            ssm_batch b = {0};
+            b.rows = 1;
+            b.tokens = 1;
+            b.slots = &p->slot;
+            ck_assert_int_eq(ssm_decode(p->ctx, l, &b, &p->tw[l].w, &io.io, NULL), SSM_OK);
+        }
+        if (out && l == p->m.layers - 1) {
+            *out_bytes = (size_t)tokens * (size_t)p->m.value_heads * (size_t)p->m.value_dim *
+                         ssm_dtype_size(p->act);
+            *out = malloc(*out_bytes);
+            memcpy(*out, io.out, *out_bytes);
+        }
+        test_io_free(&io);
+    }
+}
+
+/* One MTP round of every layer (T = 4) committing `accepted` tokens: in
+ * replay the committed records stay in the ring as history. */
+static void round_of(page_ctx *p, int32_t accepted, uint64_t seed)
+{
+    test_rng r;
+    test_rng_init(&r, seed);
+    ssm_ticket ticket = SSM_TICKET_INIT;
+    ssm_batch b = {0};
+    b.rows = 1;
+    b.tokens = 4;
+    b.slots = &p->slot;
+    for (int32_t l = 0; l < p->m.layers; l++) {
+        test_io io;
+        test_io_make(&r, &p->m, p->act, 4, &io);
+        ck_assert_int_eq(ssm_verify(p->ctx, l, &b, &p->tw[l].w, &io.io, &ticket, NULL), SSM_OK);
+        test_io_free(&io);
+    }
+    ck_assert_int_eq(ssm_commit(p->ctx, &ticket, &accepted, NULL), SSM_OK);
+}
+
+static void *export_page(page_ctx *p, size_t *bytes)
+{
+    *bytes = ssm_page_bytes(p->ctx);
+    void *page = malloc(*bytes);
+    ck_assert_ptr_nonnull(page);
+    ck_assert_int_eq(ssm_slot_export_page(p->ctx, p->slot, page, *bytes), SSM_OK);
+    return page;
+}
+
+static ssm_model_dims dims_of(test_rng *r, int kda)
+{
+    ssm_model_dims m;
+    test_random_dims(r, kda ? SSM_MODEL_KDA : SSM_MODEL_GDN, 1, &m);
+    m.layers = 2;
+    return m;
+}
+
+START_TEST(crc32c_known_answer)
+{
+    ck_assert_uint_eq(ssm_crc32c("123456789", 9), 0xE3069283u);
+    ck_assert_uint_eq(ssm_crc32c("", 0), 0u);
+}
+END_TEST
+
+/* _i: source mode, target mode, model kind, state dtype. */
+START_TEST(round_trip_across_modes)
+{
+    const char *from = modes[_i % MODES], *to = modes[(_i / MODES) % MODES];
+    int kda = (_i / (MODES * MODES)) % 2;
+    ssm_dtype state = (_i / (MODES * MODES * 2)) % 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    test_rng r;
+    test_rng_init(&r, test_seed() + (uint64_t)_i);
+    ssm_model_dims m = dims_of(&r, kda);
+    uint64_t weights = test_rng_next(&r);
+    page_ctx a, b;
+    open_ctx(&a, &m, from, state, weights);
+    open_ctx(&b, &m, to, state, weights);
+    run(&a, 5, 1, NULL, NULL);
+    run(&a, 0, 2, NULL, NULL);
+    round_of(&a, 2, 3); /* replay: history pending at the export */
+    test_snapshot before, after, imported;
+    ck_assert_int_eq(test_snapshot_take(a.ctx, a.slot, &before), SSM_OK);
+    size_t bytes;
+    void *page = export_page(&a, &bytes);
+    ck_assert_int_eq(test_snapshot_take(a.ctx, a.slot, &after), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &after), "export changed the %s slot", from);
+
+    ssm_page_info info;
+    ck_assert_int_eq(ssm_page_inspect(page, bytes, &info), SSM_OK);
+    ck_assert_uint_eq(info.format_version, SSM_PAGE_FORMAT_VERSION);
+    ck_assert_int_eq(info.model.layers, m.layers);
+    ck_assert_int_eq(info.head_first, 0);
+    ck_assert_int_eq(info.head_end, m.value_heads);
+    ck_assert_uint_eq(info.page_bytes, bytes);
+
+    run(&b, 3, 9, NULL, NULL); /* something to replace */
+    ck_assert_int_eq(ssm_slot_import_page(b.ctx, b.slot, page, bytes), SSM_OK);
+    ck_assert_int_eq(test_snapshot_take(b.ctx, b.slot, &imported), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &imported), "%s -> %s: the import differs", from,
+                  to);
+    void *out_a, *out_b;
+    size_t out_bytes;
+    run(&a, 0, 4, &out_a, &out_bytes);
+    run(&b, 0, 4, &out_b, &out_bytes);
+    ck_assert_msg(memcmp(out_a, out_b, out_bytes) == 0,
+                  "%s -> %s: the next decode's outputs differ", from, to);
+    free(out_a);
+    free(out_b);
+    free(page);
+    test_snapshot_free(&before);
+    test_snapshot_free(&after);
+    test_snapshot_free(&imported);
+    close_ctx(&a);
+    close_ctx(&b);
+}
+END_TEST
+
+/* One way to spoil a page, and words its message must hold. */
+typedef struct spoil {
+    const char *name;
+    const char *message;
+} spoil;
+
+static const spoil spoils[] = {
+    {"bad magic", "bad magic"},
+    {"another format version", "format version 2"},
+    {"a flipped header byte", "header checksum"},
+    {"a flipped payload byte", "payload checksum"},
+    {"truncated payload", "truncated"},
+    {"truncated header", "truncated"},
+    {"another layer count", "layers"},
+    {"another state dtype", "state dtype"},
+};
+#define SPOILS ((int)(sizeof spoils / sizeof spoils[0]))
+
+/* _i: the spoil, then the target mode. */
+START_TEST(rejections_leave_the_slot)
+{
+    const spoil *s = &spoils[_i % SPOILS];
+    const char *mode = modes[(_i / SPOILS) % MODES];
+    test_rng r;
+    test_rng_init(&r, test_seed() + 100 + (uint64_t)_i);
+    ssm_model_dims m = dims_of(&r, test_rng_int(&r, 0, 1));
+    uint64_t weights = test_rng_next(&r);
+    page_ctx a, b;
+    open_ctx(&a, &m, "native", SSM_DTYPE_F32, weights);
+    run(&a, 4, 1, NULL, NULL);
+    size_t bytes;
+    unsigned char *page = export_page(&a, &bytes);
+    ssm_model_dims target = m;
+    ssm_dtype target_state = SSM_DTYPE_F32;
+    size_t given = bytes;
+    if (!strcmp(s->name, "bad magic")) {
+        page[0] ^= 0x20;
+    } else if (!strcmp(s->name, "another format version")) {
+        page[8] = 2;
+    } else if (!strcmp(s->name, "a flipped header byte")) {
+        page[24] ^= 1; /* the layer count, under the header's checksum */
+    } else if (!strcmp(s->name, "a flipped payload byte")) {
+        page[bytes - 1 - (size_t)test_rng_int(&r, 0, (int32_t)(bytes - 97))] ^= 0x10;
+    } else if (!strcmp(s->name, "truncated payload")) {
+        given = bytes - 1;
+    } else if (!strcmp(s->name, "truncated header")) {
+        given = 40;
+    } else if (!strcmp(s->name, "another layer count")) {
+        target.layers = 1;
+    } else {
+        target_state = SSM_DTYPE_BF16;
+    }
+    open_ctx(&b, &target, mode, target_state, weights);
+    run(&b, 3, 2, NULL, NULL);
+    test_snapshot before, after;
+    ck_assert_int_eq(test_snapshot_take(b.ctx, b.slot, &before), SSM_OK);
+    ck_assert_int_eq(ssm_slot_import_page(b.ctx, b.slot, page, given), SSM_ERR_PAGE_INVALID);
+    ck_assert_msg(strstr(ssm_last_error(), s->message) != NULL, "%s: message '%s'", s->name,
+                  ssm_last_error());
+    ck_assert_int_eq(test_snapshot_take(b.ctx, b.slot, &after), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &after), "%s changed the %s slot", s->name, mode);
+    free(page);
+    test_snapshot_free(&before);
+    test_snapshot_free(&after);
+    close_ctx(&a);
+    close_ctx(&b);
+}
+END_TEST
+
+START_TEST(bad_calls)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() + 200);
+    ssm_model_dims m = dims_of(&r, 0);
+    page_ctx a;
+    open_ctx(&a, &m, "native", SSM_DTYPE_F32, 1);
+    size_t bytes = ssm_page_bytes(a.ctx);
+    void *page = malloc(bytes);
+    ck_assert_int_eq(ssm_slot_export_page(a.ctx, a.slot, page, bytes - 1),
+                     SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ssm_slot_export_page(a.ctx, 99, page, bytes), SSM_ERR_SLOT_RANGE);
+    ck_assert_int_eq(ssm_slot_export_page(NULL, a.slot, page, bytes), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ssm_page_inspect(NULL, bytes, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_uint_eq(ssm_page_bytes(NULL), 0);
+    int32_t other;
+    ck_assert_int_eq(ssm_slot_acquire(a.ctx, &other), SSM_OK);
+    ck_assert_int_eq(ssm_slot_export_page(a.ctx, a.slot, page, bytes), SSM_OK);
+    ck_assert_int_eq(ssm_slot_release(a.ctx, other), SSM_OK);
+    ck_assert_int_eq(ssm_slot_import_page(a.ctx, other, page, bytes), SSM_ERR_SLOT_NOT_ACQUIRED);
+    free(page);
+    close_ctx(&a);
+}
+END_TEST
+
+Suite *make_suite(void)
+{
+    Suite *s = suite_create("pages");
+    TCase *tc = tcase_create("format");
+    tcase_add_test(tc, crc32c_known_answer);
+    tcase_add_test(tc, bad_calls);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("round trips");
+    tcase_add_loop_test(tc, round_trip_across_modes, 0, MODES * MODES * 2 * 2);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("rejections");
+    tcase_add_loop_test(tc, rejections_leave_the_slot, 0, SPOILS * MODES);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
