@@ -8,6 +8,7 @@
 #include "config.h"
 #include "core/context.h"
 #include "core/internal.h"
+#include "kernels/math.h" /* the fp32 bit casts */
 
 enum {
     PAGE_HEADER_BYTES = 96,
@@ -73,20 +74,6 @@ static uint64_t get64(const unsigned char *p)
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
-}
-
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_float(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 /* The library version as 0x00MMmmpp, from "M.m.p". */
@@ -161,7 +148,7 @@ static void header_write(unsigned char *h, const ssm_page_info *i)
     put32(h + 40, (uint32_t)i->model.value_dim);
     put32(h + 44, (uint32_t)i->model.conv_width);
     put32(h + 48, (uint32_t)i->model.has_lower_bound);
-    put32(h + 52, float_bits(i->model.lower_bound));
+    put32(h + 52, ssm_f32_bits(i->model.lower_bound));
     put32(h + 56, (uint32_t)i->state_dtype);
     put32(h + 60, (uint32_t)i->activation_dtype);
     put32(h + 64, (uint32_t)i->head_first);
@@ -207,7 +194,7 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
     i.model.value_dim = (int32_t)get32(h + 40);
     i.model.conv_width = (int32_t)get32(h + 44);
     i.model.has_lower_bound = (int32_t)get32(h + 48);
-    i.model.lower_bound = bits_float(get32(h + 52));
+    i.model.lower_bound = ssm_f32_from_bits(get32(h + 52));
     i.state_dtype = (ssm_dtype)get32(h + 56);
     i.activation_dtype = (ssm_dtype)get32(h + 60);
     i.head_first = (int32_t)get32(h + 64);
@@ -262,7 +249,7 @@ static ssm_status page_matches(const ssm_ctx *ctx, const ssm_page_info *page)
     SSM_PAGE_FIELD("first value head", page->head_first, want.head_first)
     SSM_PAGE_FIELD("value head end", page->head_end, want.head_end)
 #undef SSM_PAGE_FIELD
-    if (a->has_lower_bound && float_bits(a->lower_bound) != float_bits(b->lower_bound))
+    if (a->has_lower_bound && ssm_f32_bits(a->lower_bound) != ssm_f32_bits(b->lower_bound))
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page has lower_bound %g, the context %g",
                              (double)a->lower_bound, (double)b->lower_bound);
     return SSM_OK;
