@@ -54,6 +54,33 @@ ssm_status ssm_slot_reset(ssm_ctx *ctx, int32_t slot, void *stream)
     return status != SSM_OK ? status : make_fresh(ctx, slot, stream);
 }
 
+ssm_status ssm_slot_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream)
+{
+    if (!ctx)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_copy: NULL context");
+    ssm_status status = ssm_validate_slot(ctx, src);
+    if (status == SSM_OK)
+        status = ssm_validate_slot(ctx, dst);
+    if (status != SSM_OK)
+        return status;
+    int32_t busy = ssm_tickets_pending(&ctx->tickets, src) ? src
+                   : ssm_tickets_pending(&ctx->tickets, dst) ? dst
+                                                              : -1;
+    if (busy >= 0)
+        return ssm_error_set(SSM_ERR_VERIFY_PENDING,
+                             "slot %d has an uncommitted verify; commit before copying", busy);
+    if (!ctx->mode->copy_slot)
+        return ssm_error_set(SSM_ERR_UNSUPPORTED, "mode '%s' cannot copy slots", ctx->mode->name);
+    if (src == dst)
+        return SSM_OK; /* a slot already holds itself */
+    status = ctx->mode->copy_slot(ctx->instance, src, dst, stream);
+    if (status != SSM_OK)
+        return status;
+    ctx->slot_flags[dst] = 0;
+    ssm_device_flags_clear(ctx, dst, stream);
+    return SSM_OK;
+}
+
 ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot)
 {
     if (!ctx)

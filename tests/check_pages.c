@@ -1,4 +1,5 @@
-/* State pages (core/page.c, docs/pages.md) on CPU contexts: a page exported
+/* State pages (core/page.c, docs/pages.md) and slot copies on CPU contexts:
+ * a copy equals its source and leaves it alone; a page exported
  * in any mode (replay with history pending) imports into any other and the
  * two slots then agree bit for bit, in their exports and in the next
  * decode's outputs; exporting never changes the slot; every rejection (magic, version, header or payload
@@ -245,6 +246,83 @@ START_TEST(rejections_leave_the_slot)
 }
 END_TEST
 
+/* _i: mode, model kind. */
+START_TEST(slot_copy_matches)
+{
+    const char *mode = modes[_i % MODES];
+    test_rng r;
+    test_rng_init(&r, test_seed() + 300 + (uint64_t)_i);
+    ssm_model_dims m = dims_of(&r, (_i / MODES) % 2);
+    page_ctx a;
+    open_ctx(&a, &m, mode, SSM_DTYPE_F32, test_rng_next(&r));
+    run(&a, 6, 1, NULL, NULL);
+    round_of(&a, 3, 2); /* replay: the copy folds this history, the source keeps it */
+    int32_t src = a.slot, dst;
+    ck_assert_int_eq(ssm_slot_acquire(a.ctx, &dst), SSM_OK);
+    test_snapshot before, after, copy;
+    ck_assert_int_eq(test_snapshot_take(a.ctx, src, &before), SSM_OK);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, src, dst, NULL), SSM_OK);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, src, src, NULL), SSM_OK);
+    ck_assert_int_eq(test_snapshot_take(a.ctx, src, &after), SSM_OK);
+    ck_assert_int_eq(test_snapshot_take(a.ctx, dst, &copy), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &after), "%s: the copy changed its source", mode);
+    ck_assert_msg(test_snapshot_equal(&before, &copy), "%s: the copy differs", mode);
+    void *out_src, *out_dst;
+    size_t out_bytes;
+    run(&a, 0, 5, &out_src, &out_bytes);
+    a.slot = dst;
+    run(&a, 0, 5, &out_dst, &out_bytes);
+    ck_assert_msg(memcmp(out_src, out_dst, out_bytes) == 0,
+                  "%s: the next decode's outputs differ", mode);
+    free(out_src);
+    free(out_dst);
+    test_snapshot_free(&before);
+    test_snapshot_free(&after);
+    test_snapshot_free(&copy);
+    close_ctx(&a);
+}
+END_TEST
+
+/* A copy refused for a pending verify or a free slot leaves the target. */
+START_TEST(slot_copy_refusals)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() + 400);
+    ssm_model_dims m = dims_of(&r, 0);
+    page_ctx a;
+    open_ctx(&a, &m, "compact", SSM_DTYPE_F32, 1);
+    int32_t src = a.slot, dst, free_slot;
+    ck_assert_int_eq(ssm_slot_acquire(a.ctx, &dst), SSM_OK);
+    ck_assert_int_eq(ssm_slot_acquire(a.ctx, &free_slot), SSM_OK);
+    ck_assert_int_eq(ssm_slot_release(a.ctx, free_slot), SSM_OK);
+    run(&a, 4, 1, NULL, NULL);
+    a.slot = dst;
+    run(&a, 3, 2, NULL, NULL);
+    test_snapshot before, after;
+    ck_assert_int_eq(test_snapshot_take(a.ctx, dst, &before), SSM_OK);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, free_slot, dst, NULL), SSM_ERR_SLOT_NOT_ACQUIRED);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, src, 99, NULL), SSM_ERR_SLOT_RANGE);
+    ck_assert_int_eq(ssm_slot_copy(NULL, src, dst, NULL), SSM_ERR_INVALID_ARGUMENT);
+    /* a verify open over src */
+    ssm_ticket ticket = SSM_TICKET_INIT;
+    ssm_batch b = {0};
+    b.rows = 1;
+    b.tokens = 2;
+    b.slots = &src;
+    test_io io;
+    test_io_make(&r, &m, a.act, 2, &io);
+    ck_assert_int_eq(ssm_verify(a.ctx, 0, &b, &a.tw[0].w, &io.io, &ticket, NULL), SSM_OK);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, src, dst, NULL), SSM_ERR_VERIFY_PENDING);
+    ck_assert_int_eq(ssm_forward_abort(a.ctx, &ticket, NULL), SSM_OK);
+    test_io_free(&io);
+    ck_assert_int_eq(test_snapshot_take(a.ctx, dst, &after), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &after), "a refused copy changed its target");
+    test_snapshot_free(&before);
+    test_snapshot_free(&after);
+    close_ctx(&a);
+}
+END_TEST
+
 START_TEST(bad_calls)
 {
     test_rng r;
@@ -280,6 +358,12 @@ Suite *make_suite(void)
 
     tc = tcase_create("round trips");
     tcase_add_loop_test(tc, round_trip_across_modes, 0, MODES * MODES * 2 * 2);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("slot copy");
+    tcase_add_loop_test(tc, slot_copy_matches, 0, MODES * 2);
+    tcase_add_test(tc, slot_copy_refusals);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
