@@ -21,6 +21,7 @@ int cmd_plugins(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* cmd_bench.c: exits 77 without a GPU */
+int cmd_inspect(int argc, char **argv); /* cmd_inspect.c: a state page's header */
 
 /* `run CONFIG --modes LIST` (cmd_run_modes.c): LIST is "all" or mode names
  * separated by commas. */

@@ -18,6 +18,8 @@ static const char usage_text[] =
     "                                      every output against the CPU reference\n"
     "  run CONFIG --modes LIST [--quiet]   the same session once per mode (LIST:\n"
     "                                      native,compact,replay or all), side by side\n"
+    "  inspect PAGE                        print a state page's header and verify its\n"
+    "                                      checksums (exit 1: not a valid page)\n"
     "\n"
     "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
 
@@ -72,6 +74,7 @@ int main(int argc, char **argv)
         {"check", cmd_check},
         {"run", cmd_run},
         {"bench", cmd_bench},
+        {"inspect", cmd_inspect},
     };
 
     if (argc < 2) {
@@ -91,7 +94,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run ...; see "
+    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run|inspect ...; see "
                     "'ssmstate --help')",
                     argv[1]);
 }
