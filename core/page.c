@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "core/config_limits.h"
 #include "core/context.h"
 #include "core/internal.h"
 #include "kernels/math.h" /* the fp32 bit casts */
@@ -158,6 +159,8 @@ static void header_write(unsigned char *h, const ssm_page_info *i)
     put32(h + PAGE_HEADER_CRC_AT, ssm_crc32c(h, PAGE_HEADER_CRC_AT));
 }
 
+static int in_range(int32_t v, int32_t max) { return v >= 1 && v <= max; }
+
 ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
 {
     if (!page || !info)
@@ -203,10 +206,13 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
     i.payload_crc = get32(h + 80);
     /* A header that checksums but describes an impossible page was written
      * by something else: refuse it before sizes are computed from it. */
-    int dims_ok = (i.model.kind == SSM_MODEL_GDN || i.model.kind == SSM_MODEL_KDA) &&
-                  i.model.layers > 0 && i.model.heads > 0 && i.model.value_heads > 0 &&
-                  i.model.value_heads % i.model.heads == 0 && i.model.key_dim > 0 &&
-                  i.model.value_dim > 0 && i.model.conv_width > 0 &&
+    const ssm_model_dims *m = &i.model; /* within the config's limits: no size overflows */
+    int dims_ok = (m->kind == SSM_MODEL_GDN || m->kind == SSM_MODEL_KDA) &&
+                  in_range(m->layers, SSM_MAX_LAYERS) && in_range(m->heads, SSM_MAX_HEADS) &&
+                  in_range(m->value_heads, SSM_MAX_HEADS) && m->value_heads % m->heads == 0 &&
+                  in_range(m->key_dim, SSM_MAX_HEAD_DIM) &&
+                  in_range(m->value_dim, SSM_MAX_HEAD_DIM) &&
+                  in_range(m->conv_width, SSM_MAX_CONV_WIDTH) &&
                   (i.state_dtype == SSM_DTYPE_F32 || i.state_dtype == SSM_DTYPE_BF16) &&
                   (i.activation_dtype == SSM_DTYPE_F32 || i.activation_dtype == SSM_DTYPE_BF16) &&
                   i.head_first >= 0 && i.head_first < i.head_end &&
