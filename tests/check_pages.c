@@ -82,21 +82,27 @@ static void run(page_ctx *p, int32_t n, uint64_t seed, void **out, size_t *out_b
 
 /* One MTP round of every layer (T = 4) committing `accepted` tokens: in
  * replay the committed records stay in the ring as history. */
-static void round_of(page_ctx *p, int32_t accepted, uint64_t seed)
+/* Verifies 4 tokens of p's slot on layers [0, layers) under *ticket. */
+static void verify_layers(page_ctx *p, int32_t layers, uint64_t seed, ssm_ticket *ticket)
 {
     test_rng r;
     test_rng_init(&r, seed);
-    ssm_ticket ticket = SSM_TICKET_INIT;
     ssm_batch b = {0};
     b.rows = 1;
     b.tokens = 4;
     b.slots = &p->slot;
-    for (int32_t l = 0; l < p->m.layers; l++) {
+    for (int32_t l = 0; l < layers; l++) {
         test_io io;
         test_io_make(&r, &p->m, p->act, 4, &io);
-        ck_assert_int_eq(ssm_verify(p->ctx, l, &b, &p->tw[l].w, &io.io, &ticket, NULL), SSM_OK);
+        ck_assert_int_eq(ssm_verify(p->ctx, l, &b, &p->tw[l].w, &io.io, ticket, NULL), SSM_OK);
         test_io_free(&io);
     }
+}
+
+static void round_of(page_ctx *p, int32_t accepted, uint64_t seed)
+{
+    ssm_ticket ticket = SSM_TICKET_INIT;
+    verify_layers(p, p->m.layers, seed, &ticket);
     ck_assert_int_eq(ssm_commit(p->ctx, &ticket, &accepted, NULL), SSM_OK);
 }
 
@@ -305,16 +311,11 @@ START_TEST(slot_copy_refusals)
     ck_assert_int_eq(ssm_slot_copy(NULL, src, dst, NULL), SSM_ERR_INVALID_ARGUMENT);
     /* a verify open over src */
     ssm_ticket ticket = SSM_TICKET_INIT;
-    ssm_batch b = {0};
-    b.rows = 1;
-    b.tokens = 2;
-    b.slots = &src;
-    test_io io;
-    test_io_make(&r, &m, a.act, 2, &io);
-    ck_assert_int_eq(ssm_verify(a.ctx, 0, &b, &a.tw[0].w, &io.io, &ticket, NULL), SSM_OK);
+    a.slot = src;
+    verify_layers(&a, 1, 3, &ticket);
     ck_assert_int_eq(ssm_slot_copy(a.ctx, src, dst, NULL), SSM_ERR_VERIFY_PENDING);
+    ck_assert_int_eq(ssm_slot_copy(a.ctx, dst, src, NULL), SSM_ERR_VERIFY_PENDING);
     ck_assert_int_eq(ssm_forward_abort(a.ctx, &ticket, NULL), SSM_OK);
-    test_io_free(&io);
     ck_assert_int_eq(test_snapshot_take(a.ctx, dst, &after), SSM_OK);
     ck_assert_msg(test_snapshot_equal(&before, &after), "a refused copy changed its target");
     test_snapshot_free(&before);
