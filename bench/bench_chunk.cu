@@ -1,5 +1,6 @@
 /* Times the GPU's chunked recurrence (kernels/cuda/chunk.cuh) alone on the
- * prefill shapes of issue 5: Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and
+ * prefill shapes of issue 5, both forms: chunk_tc.cuh's pair on tensor
+ * cores and chunk.cuh's kernel on CUDA cores: Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and
  * Kimi-Linear (KDA, H = HV = 32), fp32 state, 1 x 4096 and 8 x 1024 tokens,
  * one layer. Inputs are prepared tokens (normalized-scale k and q, v,
  * log-decays, beta) filled on the device; the conv and gates of the
@@ -13,9 +14,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/cuda/chunk.cuh"
+#include "kernels/cuda/chunk_tc.cuh"
 
 namespace {
 
@@ -31,6 +34,10 @@ __global__ void fill(float *x, int64_t n, uint32_t seed, float lo, float hi)
         x[i] = lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f);
     }
 }
+
+/* What is timed: both tensor-core kernels, one of them, or chunk.cuh's. */
+enum { FORM_BOTH, FORM_PREPARE, FORM_SCAN, FORM_CUDA_CORES, FORMS };
+const char *const form_names[] = {"tensor-core", "  prepare", "  scan", "cuda-core"};
 
 struct Shape {
     const char *model;
@@ -55,7 +62,7 @@ float *device_floats(int64_t n, uint32_t seed, float lo, float hi)
 }
 
 /* Median time in ms of one launch over `reps`, or a negative value. */
-double time_shape(const Shape &s, int reps)
+double time_shape(const Shape &s, int form, int reps)
 {
     const int32_t K = 128, V = 128, gk = s.kda ? K : 1;
     int64_t tokens = (int64_t)s.rows * s.tokens;
@@ -104,13 +111,30 @@ double time_shape(const Shape &s, int reps)
         size_t shared = ssm::chunk_shared_floats(K) * sizeof(float);
         cudaFuncSetAttribute(ssm::chunk_kernel<float, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)shared);
+        int32_t chunks = (s.tokens + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
+        float *work = nullptr;
+        bool tensor_cores = form != FORM_CUDA_CORES;
+        if (tensor_cores &&
+            !ok(cudaMalloc(&work, sizeof(float) * ssm::chunk_tc_work_floats(K, V, s.HV, s.rows,
+                                                                            chunks)),
+                "cudaMalloc"))
+            return -1;
         cudaEvent_t start, stop;
         cudaEventCreate(&start);
         cudaEventCreate(&stop);
         std::vector<double> times;
         for (int i = 0; i < reps + 2; i++) {
             cudaEventRecord(start);
-            ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
+            if (form == FORM_PREPARE || (form == FORM_SCAN && i == 0))
+                ssm::launch_chunk_prepare<float>(a, s.rows, chunks, work, 0);
+            if (form == FORM_SCAN && i == 0)
+                cudaEventRecord(start); /* the scan alone, over the records of the first call */
+            if (form == FORM_SCAN)
+                ssm::launch_chunk_scan<float, float>(a, s.rows, chunks, work, 0);
+            else if (form == FORM_BOTH)
+                ssm::launch_chunk_tc<float, float>(a, s.rows, chunks, work, 0);
+            else if (form == FORM_CUDA_CORES)
+                ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
             cudaEventRecord(stop);
             if (!ok(cudaEventSynchronize(stop), "chunk_kernel"))
                 break;
@@ -125,6 +149,7 @@ double time_shape(const Shape &s, int reps)
         }
         cudaEventDestroy(start);
         cudaEventDestroy(stop);
+        cudaFree(work);
     }
     for (void *p : {(void *)q, (void *)k, (void *)v, (void *)g, (void *)beta, (void *)state,
                     (void *)out, (void *)counts})
@@ -134,7 +159,9 @@ double time_shape(const Shape &s, int reps)
 
 } /* namespace */
 
-int main()
+/* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-3)
+ * in the tensor-core form only (for a profiler). */
+int main(int argc, char **argv)
 {
     const Shape shapes[] = {
         {"qwen3-next (GDN)", false, 16, 32, 1, 4096},
@@ -142,17 +169,23 @@ int main()
         {"kimi-linear (KDA)", true, 32, 32, 1, 4096},
         {"kimi-linear (KDA)", true, 32, 32, 8, 1024},
     };
-    std::printf("%-20s %10s %12s %16s\n", "model", "B x T", "median ms", "tokens/s/layer");
+    int only = argc > 1 ? std::atoi(argv[1]) : -1, reps = argc > 2 ? std::atoi(argv[2]) : 20;
+    std::printf("%-20s %-12s %10s %12s %16s\n", "model", "kernel", "B x T", "median ms",
+                "tokens/s/layer");
     int failed = 0;
-    for (const Shape &s : shapes) {
-        double ms = time_shape(s, 10);
-        if (ms < 0) {
-            failed = 1;
-            continue;
+    for (int i = 0; i < 4; i++)
+        for (int form = 0; form < FORMS; form++) {
+            if (only >= 0 && (i != only || form != FORM_BOTH))
+                continue;
+            const Shape &s = shapes[i];
+            double ms = time_shape(s, form, form == FORM_CUDA_CORES ? 5 : reps);
+            if (ms < 0) {
+                failed = 1;
+                continue;
+            }
+            double rate = (double)s.rows * s.tokens / (ms * 1e-3);
+            std::printf("%-20s %-12s %4d x %-5d %12.3f %15.2fM\n", s.model, form_names[form],
+                        s.rows, s.tokens, ms, rate / 1e6);
         }
-        double rate = (double)s.rows * s.tokens / (ms * 1e-3);
-        std::printf("%-20s %4d x %-5d %12.3f %15.2fM\n", s.model, s.rows, s.tokens, ms,
-                    rate / 1e6);
-    }
     return failed;
 }

@@ -66,6 +66,36 @@ template <> struct conv4<float> {
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }
 
+/* cp.async of one chunk (four elements); a row past V stages zeros. */
+template <class State>
+__device__ __forceinline__ void copy_chunk_async(State *shared, const State *global, bool valid)
+{
+    unsigned dst = (unsigned)__cvta_generic_to_shared(shared);
+    int bytes = valid ? 4 * (int)sizeof(State) : 0;
+    if constexpr (sizeof(State) == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global),
+                     "r"(bytes)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(global),
+                     "r"(bytes)
+                     : "memory");
+}
+
+__device__ __forceinline__ void copy_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most `pending` of this thread's committed groups are in
+ * flight. The "memory" clobbers keep the compiler from moving the stage's
+ * plain reads above this wait or below the next copy into the same stage:
+ * with no barrier between them, they are what orders the two. */
+template <int pending> __device__ __forceinline__ void copy_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+}
+
 /* Programmatic dependent launch (Hopper). A prologue lets the step's
  * recurrence kernel start as soon as every prologue block runs
  * (griddep_launch_dependents); the recurrence kernel asks for its state,

@@ -13,7 +13,7 @@
 
 #include <type_traits>
 
-#include "kernels/cuda/chunk.cuh"
+#include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
@@ -34,6 +34,7 @@ struct gpu_common {
      * decay field holding the log-decay) and their q. */
     uint8_t *prefill_tokens;
     float *prefill_q;
+    float *prefill_work;  /* [capacity][HV] records of chunk_tc.cuh (its shapes only) */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -41,15 +42,27 @@ struct gpu_common {
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
     bool overlap;               /* recurrence kernels overlap their prologue (PDL, sm_90 on) */
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
+    bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
 };
 
+/* Bytes per slot of the tensor-core prefill's work records (one chunk of
+ * every value head), 0 for the shapes it does not run. */
+inline size_t prefill_work_bytes(const ssm_model_dims &m)
+{
+    if (!chunk_tc_supported(m.key_dim, m.value_dim))
+        return 0;
+    return (size_t)chunk_tc_work_floats(m.key_dim, m.value_dim, m.value_heads, 1, 1) *
+           sizeof(float);
+}
+
 /* Bytes per slot of the token scratch and q buffer, the prefill's
- * (SSM_CHUNK_TOKENS tokens) included. */
+ * (SSM_CHUNK_TOKENS tokens and its work records) included. */
 inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
     size_t q = (size_t)p->model.heads * p->model.key_dim * sizeof(float);
-    return ((size_t)p->max_tokens + SSM_CHUNK_TOKENS) * ((size_t)raw.bytes + q);
+    return ((size_t)p->max_tokens + SSM_CHUNK_TOKENS) * ((size_t)raw.bytes + q) +
+           prefill_work_bytes(p->model);
 }
 
 /* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
@@ -81,6 +94,11 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     /* Below this, prefill runs the recurrent kernels in pieces of T_max. */
     g.chunked_prefill =
         chunk_shared_floats(g.d.K) * sizeof(float) <= (size_t)g.shared_optin;
+    size_t prepare = chunk_prepare_shared_floats(g.d.K, g.d.V, g.d.kda ? g.d.K : 1),
+           scan = chunk_scan_shared_floats(g.d.K);
+    g.tensor_core_prefill = g.chunked_prefill && prefill_work_bytes(p->model) > 0 &&
+                            (prepare > scan ? prepare : scan) * sizeof(float) <=
+                                (size_t)g.shared_optin;
     /* A measuring knob, read once here, never in a step: the register budget
      * of multi-token jobs above SSM_LATENCY_ROWS rows, 6 blocks of 80
      * registers (the default) or 1 (no cap, no spills). docs/bench.md. */
@@ -100,9 +118,14 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.prefill_tokens = (uint8_t *)s->alloc(s->core, pieces * (size_t)g.raw.bytes);
     g.prefill_q = (float *)s->alloc(
         s->core, pieces * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
+    g.prefill_work = NULL;
+    if (prefill_work_bytes(p->model) > 0)
+        g.prefill_work =
+            (float *)s->alloc(s->core, (size_t)p->capacity * prefill_work_bytes(p->model));
     g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
     int32_t *host = (int32_t *)s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
-    if (!g.tokens || !g.q || !g.prefill_tokens || !g.prefill_q || !g.slot_table || !host) {
+    if (!g.tokens || !g.q || !g.prefill_tokens || !g.prefill_q || !g.slot_table || !host ||
+        (prefill_work_bytes(p->model) > 0 && !g.prefill_work)) {
         s->release_host(s->core, host);
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for scratch");
     }
@@ -122,11 +145,13 @@ inline void gpu_common_destroy(gpu_common &g, const ssm_services_v1 *s)
     s->release(s->core, g.q);
     s->release(s->core, g.prefill_tokens);
     s->release(s->core, g.prefill_q);
+    s->release(s->core, g.prefill_work);
     s->release(s->core, g.slot_table);
     g.tokens = NULL;
     g.q = NULL;
     g.prefill_tokens = NULL;
     g.prefill_q = NULL;
+    g.prefill_work = NULL;
     g.slot_table = NULL;
 }
 
@@ -354,10 +379,11 @@ inline void launch_chunk_typed(const chunk_args &a, int32_t rows, cudaStream_t s
     chunk_kernel<State, Act><<<grid, SSM_CHUNK_THREADS, shared, st>>>(a);
 }
 
-/* A prefill through the chunked form (kernels/cuda/chunk.cuh), as every
- * mode runs it: for each piece of SSM_CHUNK_TOKENS tokens a prologue writes
- * the rows' records with log-decays to the prefill scratch, then one chunk
- * per (row, head, value tile) from the slot's state (`state`, `snapshots`
+/* A prefill through the chunked form, as every mode runs it: for each piece
+ * of SSM_CHUNK_TOKENS tokens a prologue writes the rows' records with
+ * log-decays to the prefill scratch, then one chunk on tensor cores
+ * (kernels/cuda/chunk_tc.cuh) where the shape allows, else on CUDA cores
+ * (kernels/cuda/chunk.cuh), per (row, head, value tile) from the slot's state (`state`, `snapshots`
  * and `current` as tile_args takes them) back to it, the outputs to io->out. */
 inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 *step,
                                          void *conv, void *state, int32_t snapshots,
@@ -417,7 +443,16 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.out_row = a.out_token; /* unused with token_offsets */
         cudaStream_t stream = (cudaStream_t)step->stream;
         bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-        if (bf16_state && bf16_act)
+        float *work = g.prefill_work;
+        if (g.tensor_core_prefill && bf16_state && bf16_act)
+            launch_chunk_tc<bf16, bf16>(a, step->rows, 1, work, stream);
+        else if (g.tensor_core_prefill && bf16_state)
+            launch_chunk_tc<bf16, float>(a, step->rows, 1, work, stream);
+        else if (g.tensor_core_prefill && bf16_act)
+            launch_chunk_tc<float, bf16>(a, step->rows, 1, work, stream);
+        else if (g.tensor_core_prefill)
+            launch_chunk_tc<float, float>(a, step->rows, 1, work, stream);
+        else if (bf16_state && bf16_act)
             launch_chunk_typed<bf16, bf16>(a, step->rows, stream);
         else if (bf16_state)
             launch_chunk_typed<bf16, float>(a, step->rows, stream);

@@ -23,6 +23,7 @@
 
 #include "kernels/chunk.h"
 #include "kernels/cuda/chunk.cuh"
+#include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/math.h"
 #include "kernels/reference.h"
 
@@ -132,8 +133,8 @@ float state_value(const Batch &b, const void *words, size_t i)
 }
 
 /* Runs tokens [first, first + counts[r]) of every row, continuing from the
- * device state. */
-bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts)
+ * device state, through chunk.cuh's kernel or chunk_tc.cuh's pair. */
+bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, bool tensor_cores)
 {
     const Case &c = b.cs;
     if (!ok(cudaMemcpy(d.counts, counts, sizeof(int32_t) * ROWS, cudaMemcpyHostToDevice),
@@ -166,6 +167,25 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts)
     a.out = d.out + first * b.v_token();
     a.out_row = b.nmax * b.v_token();
     a.out_token = b.v_token();
+    if (tensor_cores) {
+        int32_t most = 0;
+        for (int r = 0; r < ROWS; r++)
+            most = counts[r] > most ? counts[r] : most;
+        int32_t chunks = (most + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
+        chunks = chunks > 0 ? chunks : 1;
+        float *work = nullptr;
+        if (!ok(cudaMalloc(&work, sizeof(float) * ssm::chunk_tc_work_floats(c.K, c.V, c.HV, ROWS,
+                                                                             chunks)),
+                "cudaMalloc"))
+            return false;
+        if (c.bf16_state)
+            ssm::launch_chunk_tc<ssm::bf16, float>(a, ROWS, chunks, work, 0);
+        else
+            ssm::launch_chunk_tc<float, float>(a, ROWS, chunks, work, 0);
+        bool good = ok(cudaGetLastError(), "chunk_tc") && ok(cudaDeviceSynchronize(), "chunk_tc");
+        cudaFree(work);
+        return good;
+    }
     dim3 grid((c.V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, c.HV, ROWS);
     size_t shared = ssm::chunk_shared_floats(c.K) * sizeof(float);
     if (c.bf16_state) {
@@ -184,7 +204,8 @@ const float SENTINEL = 12345.0f;
 
 /* One or two calls (split at `split` tokens, 0: one call); outputs and the
  * final state come back. */
-bool gpu_batch(const Batch &b, int64_t split, std::vector<float> &out, std::vector<float> &S)
+bool gpu_batch(const Batch &b, bool tensor_cores, int64_t split, std::vector<float> &out,
+               std::vector<float> &S)
 {
     const Case &c = b.cs;
     Device d = {};
@@ -204,9 +225,9 @@ bool gpu_batch(const Batch &b, int64_t split, std::vector<float> &out, std::vect
             head[r] = b.counts[r] < split ? b.counts[r] : (int32_t)split;
             tail[r] = b.counts[r] - head[r];
         }
-        good = run_gpu(b, d, 0, head) && run_gpu(b, d, split, tail);
+        good = run_gpu(b, d, 0, head, tensor_cores) && run_gpu(b, d, split, tail, tensor_cores);
     } else if (good) {
-        good = run_gpu(b, d, 0, b.counts);
+        good = run_gpu(b, d, 0, b.counts, tensor_cores);
     }
     if (good)
         good = ok(cudaMemcpy(out.data(), d.out, sizeof(float) * out.size(),
@@ -358,31 +379,38 @@ int main()
                     c = {n, kda != 0, bf16 != 0, 1, 2, 128, 128};
                 cases.push_back(c);
             }
-    std::printf("1..%zu\n", cases.size());
+    std::printf("1..%zu\n", 2 * cases.size());
     std::mt19937_64 rng(0x5eed0c4u);
     int failed = 0, number = 0;
     for (const Case &c : cases) {
-        number++;
         Batch b = make_batch(c, rng);
-        std::vector<float> out, S, out_split, S_split, out_cpu, S_cpu;
+        std::vector<float> out_cpu, S_cpu;
         std::vector<double> out64, S64;
-        bool ran = gpu_batch(b, 0, out, S) && gpu_batch(b, SSM_CHUNK_TOKENS, out_split, S_split);
         cpu_chunked(b, out_cpu, S_cpu);
         fp64_sequential(b, out64, S64);
-        double cpu_limit = c.bf16_state ? 2e-3 : 1e-4;
-        double o_cpu = ran ? rel_rms(b, out, out_cpu, true) : NAN;
-        double s_cpu = ran ? rel_rms(b, S, S_cpu, false) : NAN;
-        double o_64 = ran ? rel_rms(b, out, out64, true) : NAN;
-        double s_64 = ran ? rel_rms(b, S, S64, false) : NAN;
-        bool split_same = ran && same_bits(out, out_split) && same_bits(S, S_split);
-        bool pass = ran && o_cpu <= cpu_limit && s_cpu <= cpu_limit && o_64 <= 5e-3 &&
-                    s_64 <= 5e-3 && split_same && untouched(b, out, S);
-        failed += !pass;
-        std::printf("%s %d - %s %s state, n %lld, K %d, V %d: vs CPU chunked out %.2e state "
-                    "%.2e (<= %.0e), vs fp64 out %.2e state %.2e (<= 5e-3), split at 64 %s\n",
-                    pass ? "ok" : "not ok", number, c.kda ? "KDA" : "GDN",
-                    c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K, c.V, o_cpu, s_cpu,
-                    cpu_limit, o_64, s_64, split_same ? "bit-identical" : "DIFFERS");
+        for (int tensor_cores = 0; tensor_cores < 2; tensor_cores++) {
+            number++;
+            std::vector<float> out, S, out_split, S_split;
+            bool ran = gpu_batch(b, tensor_cores, 0, out, S) &&
+                       gpu_batch(b, tensor_cores, SSM_CHUNK_TOKENS, out_split, S_split);
+            /* TF32 operands carry 10 mantissa bits against chunk.c's fp32 */
+            double cpu_limit = tensor_cores ? 3e-3 : c.bf16_state ? 2e-3 : 1e-4;
+            double o_cpu = ran ? rel_rms(b, out, out_cpu, true) : NAN;
+            double s_cpu = ran ? rel_rms(b, S, S_cpu, false) : NAN;
+            double o_64 = ran ? rel_rms(b, out, out64, true) : NAN;
+            double s_64 = ran ? rel_rms(b, S, S64, false) : NAN;
+            bool split_same = ran && same_bits(out, out_split) && same_bits(S, S_split);
+            bool pass = ran && o_cpu <= cpu_limit && s_cpu <= cpu_limit && o_64 <= 5e-3 &&
+                        s_64 <= 5e-3 && split_same && untouched(b, out, S);
+            failed += !pass;
+            std::printf("%s %d - %s, %s %s state, n %lld, K %d, V %d: vs CPU chunked out %.2e "
+                        "state %.2e (<= %.0e), vs fp64 out %.2e state %.2e (<= 5e-3), split at "
+                        "64 %s\n",
+                        pass ? "ok" : "not ok", number, tensor_cores ? "tensor cores" : "CUDA cores",
+                        c.kda ? "KDA" : "GDN", c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K,
+                        c.V, o_cpu, s_cpu, cpu_limit, o_64, s_64,
+                        split_same ? "bit-identical" : "DIFFERS");
+        }
     }
     return failed ? 1 : 0;
 }

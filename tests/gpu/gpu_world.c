@@ -115,6 +115,13 @@ static int world_init(world *w, const setup *su, variant v, uint64_t salt, const
      * prefill, so every later state carries it. An fp32 state holds 1e-5. */
     w->state_bound.kind = SPEC_REL_RMS_WHOLE;
     w->state_bound.limit = w->sd == SSM_DTYPE_BF16 ? 7e-3 : 1e-5;
+    /* A prefill's outputs with a bf16 state by the same sum (measured up to
+     * 6.5e-3 with KDA's lower-bound gate over 65 to 150 tokens, where the
+     * sequential side's per-token rounding dominates); an fp32 state keeps
+     * the decode bound. */
+    w->prefill_bound = w->bound;
+    if (w->sd == SSM_DTYPE_BF16)
+        w->prefill_bound.limit = 7e-3;
     test_rng_init(&w->rng, test_seed() ^ (salt * 0x9e3779b97f4a7c15ull));
     world_describe(w, what);
     if (!world_cuda_ok(w, cudaStreamCreate(&w->stream), "cudaStreamCreate"))
@@ -389,13 +396,17 @@ int world_check_totals(world *w, int final)
     for (int i = 0; i < w->pairs; i++) {
         const pair *p = &w->pair[i];
         for (int32_t l = 0; l < w->m.layers; l++)
-            if (!spec_check_total(w->bound, &p->total[l], final))
-                return world_fail(w,
-                                  "layer %d: %s's outputs vs %s's (%lld elements): relative RMS "
-                                  "%.3g; bound: %s",
-                                  l, w->side[p->got].name, w->side[p->ref].name,
-                                  (long long)p->total[l].elements, spec_total_rel_rms(&p->total[l]),
-                                  spec_bound_text(w->bound));
+            for (int prefill = 0; prefill < 2; prefill++) {
+                spec_bound b = prefill ? w->prefill_bound : w->bound;
+                const spec_total *t = prefill ? &p->prefill_total[l] : &p->total[l];
+                if (!spec_check_total(b, t, final))
+                    return world_fail(w,
+                                      "layer %d: %s's %soutputs vs %s's (%lld elements): "
+                                      "relative RMS %.3g; bound: %s",
+                                      l, w->side[p->got].name, prefill ? "prefill " : "",
+                                      w->side[p->ref].name, (long long)t->elements,
+                                      spec_total_rel_rms(t), spec_bound_text(b));
+            }
     }
     return 1;
 }
@@ -406,7 +417,9 @@ int world_compare_outputs(world *w, step *st)
     size_t es = ssm_dtype_size(w->ad);
     for (int i = 0; i < w->pairs; i++) {
         pair *p = &w->pair[i];
-        rule rl = st->kind == STEP_PREFILL ? p->prefill : p->outputs;
+        int prefill = st->kind == STEP_PREFILL;
+        rule rl = prefill ? p->prefill : p->outputs;
+        spec_bound b = prefill ? w->prefill_bound : w->bound;
         int one_device = w->side[p->got].cuda == w->side[p->ref].cuda;
         for (int32_t l = 0; l < w->m.layers; l++)
             for (int32_t r = 0; r < st->rows; r++) {
@@ -424,12 +437,12 @@ int world_compare_outputs(world *w, step *st)
                     if (!expect_finite(w, p->got, "outputs", st->lanes[r], l, got, w->ad, n) ||
                         !expect_bitwise(w, p, "outputs", st->lanes[r], l, got, ref, w->ad, n))
                         return 0;
-                } else if (!spec_check_block(w->bound, &p->total[l], got, ref, w->ad, n, why,
-                                             sizeof why)) {
+                } else if (!spec_check_block(b, prefill ? &p->prefill_total[l] : &p->total[l],
+                                             got, ref, w->ad, n, why, sizeof why)) {
                     return world_fail(
                         w, "lane %d layer %d row %d: %s's outputs vs %s's: %s; bound: %s",
                         st->lanes[r], l, r, w->side[p->got].name, w->side[p->ref].name, why,
-                        spec_bound_text(w->bound));
+                        spec_bound_text(b));
                 }
             }
     }

@@ -1,0 +1,563 @@
+/* The chunked recurrence of kernels/chunk.h on tensor cores (issue 5), in
+ * two kernels over a work buffer of one record per (row, chunk, value head):
+ *
+ * 1. chunk_prepare_kernel, one block per (chunk, value head, row), every
+ *    chunk of every row at once (they do not depend on each other): the
+ *    chunk's G (log-decays summed from its start), A and QK with the decay
+ *    of each pair, T = (I + A)^-1, and from them the record: W = T (beta
+ *    e^G K), Uv = T (beta V), QK, e^G q, e^{G_last - G} k and e^{G_last}.
+ * 2. chunk_scan_kernel, one block per (value tile, value head, row), the
+ *    row's chunks in order, its state tile in shared memory: U = Uv - W S^T,
+ *    o = (e^G q) S^T + QK U, S = e^{G_last} S + U^T (e^{G_last - G} k),
+ *    rounded to the state dtype at each chunk's end as chunk.c does. The
+ *    next chunk's record streams in (cp.async) while this one computes.
+ *
+ * The dense products run as TF32 WMMA (16 x 16 x 8, fp32 accumulation), so
+ * operands carry 10 mantissa bits: the GPU differs from kernels/chunk.c by
+ * that rounding and stays within SPEC 3.5's chunked bound of the fp64
+ * recurrence (docs/prefill.md has the measured distances).
+ *
+ * Decays are formed from differences (SPEC 2.4). With a per-channel gate
+ * (KDA) the decay of a pair does not factor out of the sum over channels:
+ * for blocks of 16 x 16 pairs below the diagonal, the operands are scaled
+ * around the last token r before the row block, k_t e^{G_t - G_r} and
+ * k_i e^{G_r - G_i}, both factors at most 1 (no overflow at any gate); the
+ * diagonal blocks take e^{G_t - G_i} per channel on CUDA cores. With one
+ * gate per head (GDN) the products are of the raw vectors and the pair's
+ * decay multiplies each sum.
+ *
+ * Shapes: K and V multiples of 16, at most 128 (chunk_tc_supported); the
+ * other shapes keep chunk.cuh's kernel. */
+#ifndef SSM_KERNELS_CUDA_CHUNK_TC_CUH
+#define SSM_KERNELS_CUDA_CHUNK_TC_CUH
+
+#include <mma.h>
+
+#include "kernels/cuda/chunk.cuh"
+
+namespace ssm {
+
+#define SSM_TC_THREADS 256 /* eight warps */
+#define SSM_TC_ROWS 32     /* value rows of a scan block */
+#define SSM_TC_SUB 16      /* a WMMA tile's side; sub-chunks of the decay scaling */
+
+/* A record's parts, in floats from its start; every part row-major and
+ * 16-float aligned. */
+struct tc_record {
+    int64_t W, Qg, Kd, Uv, QK, decay, floats;
+};
+
+__host__ __device__ inline tc_record tc_record_layout(int32_t K, int32_t V)
+{
+    const int64_t C = SSM_CHUNK_TOKENS;
+    tc_record r;
+    r.W = 0;                      /* [C][K] W = T (beta e^G K) */
+    r.Qg = r.W + C * K;           /* [C][K] e^{G_t} q_t */
+    r.Kd = r.Qg + C * K;          /* [C][K] e^{G_last - G_i} k_i */
+    r.Uv = r.Kd + C * K;          /* [C][V] T (beta V) */
+    r.QK = r.Uv + C * V;          /* [C][C] the output weights, zero above the diagonal */
+    r.decay = r.QK + C * C;       /* [K] e^{G_last} (GDN: element 0) */
+    r.floats = align16(r.decay + K);
+    return r;
+}
+
+/* Floats of the work buffer for `rows` rows of up to `chunks` chunks. */
+inline int64_t chunk_tc_work_floats(int32_t K, int32_t V, int32_t HV, int32_t rows, int32_t chunks)
+{
+    return tc_record_layout(K, V).floats * HV * (int64_t)rows * chunks;
+}
+
+/* Shared-memory strides: a row padded by four floats, so the rows of a WMMA
+ * fragment fall in different banks (the leading dimension stays a multiple
+ * of four, as TF32 loads need). */
+__host__ __device__ inline int32_t tc_pad(int32_t n) { return n + 4; }
+
+__host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
+{
+    size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
+    /* scratch: a row block's 2 x 16 left and up to 48 right rows, or beta V,
+       or the block sums of T */
+    size_t scratch = (C + 16) * LK, values = C * tc_pad(V), sums = C * LC;
+    scratch = scratch > values ? scratch : values;
+    return 2 * C * LK + C * gk + C + 3 * C * LC + (scratch > sums ? scratch : sums);
+}
+
+__host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
+{
+    size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS),
+           LR = tc_pad(SSM_TC_ROWS);
+    return SSM_TC_ROWS * LK + 3 * C * LK + 3 * C * LR + C * LC + K;
+}
+
+/* The tensor-core path runs these shapes. */
+inline bool chunk_tc_supported(int32_t K, int32_t V)
+{
+    return K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128;
+}
+
+namespace wmma = nvcuda::wmma;
+
+namespace tc {
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_row;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_col;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> b_col;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+
+/* Loads a fragment of fp32 values and rounds them to TF32. */
+template <class F> __device__ __forceinline__ void load_tf32(F &f, const float *p, int32_t ld)
+{
+    wmma::load_matrix_sync(f, p, ld);
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++)
+        f.x[i] = wmma::__float_to_tf32(f.x[i]);
+}
+
+/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. */
+template <class FA, class FB>
+__device__ __forceinline__ void product(acc &c, const float *a, int32_t a_step, int32_t lda,
+                                        const float *b, int32_t b_step, int32_t ldb, int32_t depth)
+{
+    FA fa;
+    FB fb;
+    for (int32_t d = 0; d < depth; d += 8) {
+        load_tf32(fa, a + d * a_step, lda);
+        load_tf32(fb, b + d * b_step, ldb);
+        wmma::mma_sync(c, fa, fb, c);
+    }
+}
+
+/* c += X[16 x depth] Y[16 x depth]^T: both operands rows of length depth. */
+__device__ __forceinline__ void product_nt(acc &c, const float *x, int32_t ldx, const float *y,
+                                           int32_t ldy, int32_t depth)
+{
+    product<a_row, b_col>(c, x, 1, ldx, y, 1, ldy, depth);
+}
+
+/* c += X[16 x depth] Y[depth x 16]: X by rows, Y by rows. */
+__device__ __forceinline__ void product_nn(acc &c, const float *x, int32_t ldx, const float *y,
+                                           int32_t ldy, int32_t depth)
+{
+    product<a_row, b_row>(c, x, 1, ldx, y, ldy, ldy, depth);
+}
+
+/* c += X^T Y for X [depth x 16], Y [depth x 16], both by rows. */
+__device__ __forceinline__ void product_tn(acc &c, const float *x, int32_t ldx, const float *y,
+                                           int32_t ldy, int32_t depth)
+{
+    product<a_col, b_row>(c, x, ldx, ldx, y, ldy, ldy, depth);
+}
+
+/* Launch row r's tokens: counts[r], or with token_offsets those from
+ * `piece` on (the caller's `chunks` bound how many are run). */
+__device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
+{
+    if (a.token_offsets) {
+        int32_t left = a.token_offsets[r + 1] - a.token_offsets[r] - a.piece;
+        return left < 0 ? 0 : left;
+    }
+    return a.counts[r];
+}
+
+} /* namespace tc */
+
+/* grid (chunks, HV, rows), SSM_TC_THREADS threads,
+ * chunk_prepare_shared_floats floats of dynamic shared memory. Writes the
+ * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
+ * head) * record floats. With token_offsets a row's tokens are counted from
+ * `piece` and not clamped to one chunk. */
+template <class Act>
+__global__ void __launch_bounds__(SSM_TC_THREADS, 1)
+    chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
+{
+    extern __shared__ float shared[];
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, K = a.K, V = a.V, gk = a.gk;
+    const int32_t LK = tc_pad(K), LC = tc_pad(C), LV = tc_pad(V);
+    const int32_t j = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int32_t in_row = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags, false))
+        return;
+    const int32_t t0 = j * C, n = tc::row_tokens(a, r);
+    if (t0 >= n)
+        return;
+    const int32_t c = n - t0 < C ? n - t0 : C;
+    const int32_t first = t0; /* the chunk's first token in the row's inputs */
+    float *kc = shared, *qc = kc + C * LK, *G = qc + C * LK, *beta = G + C * gk;
+    float *A = beta + C, *QK = A + C * LC, *T = QK + C * LC, *scratch = T + C * LC;
+    const int32_t key_head = h / a.group;
+    const tc_record L = tc_record_layout(K, V);
+    float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
+
+    /* Stage k, q, beta and the raw log-decays; tokens past c are zeros (their
+     * rows of A, T, W and Uv come out zero or unit, so the scan can run
+     * whole 64-token chunks). */
+    for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
+        int32_t t = i / K, x = i % K;
+        bool live = t < c;
+        int64_t at = (int64_t)key_head * K + x;
+        kc[t * LK + x] = live ? a.k[in_row * a.k_row + (first + t) * a.k_token + at] : 0.0f;
+        qc[t * LK + x] = live ? a.q[in_row * a.q_row + (first + t) * a.q_token + at] : 0.0f;
+    }
+    for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
+        beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
+    for (int32_t i = tid; i < C * gk; i += SSM_TC_THREADS) {
+        int32_t t = i / gk, x = i % gk;
+        G[i] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + (int64_t)h * gk + x]
+                     : 0.0f;
+    }
+    __syncthreads();
+    for (int32_t x = tid; x < gk; x += SSM_TC_THREADS) { /* the running sum, in place */
+        float sum = 0.0f;
+        for (int32_t t = 0; t < C; t++) {
+            sum += G[t * gk + x];
+            G[t * gk + x] = sum;
+        }
+    }
+    __syncthreads();
+
+    /* The record's parts that are one pass over k and q. */
+    for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
+        int32_t t = i / K, x = i % K;
+        float gt = G[t * gk + (gk == 1 ? 0 : x)];
+        rec[L.Qg + i] = ssm_expf(gt) * qc[t * LK + x];
+        rec[L.Kd + i] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : x)] - gt) * kc[t * LK + x];
+    }
+    for (int32_t x = tid; x < K; x += SSM_TC_THREADS)
+        rec[L.decay + x] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : x)]);
+
+    /* A and QK, raw sums first (A without beta, both without the decay for GDN). */
+    if (gk == 1) {
+        /* the 10 tiles on or below the diagonal of each, 20 over 8 warps */
+        for (int32_t p = warp; p < 20; p += 8) {
+            int32_t m = p % 10, I = 0;
+            while (m > I)
+                m -= ++I; /* tile (I, m) with m <= I */
+            const float *left = p < 10 ? kc : qc;
+            float *dst = p < 10 ? A : QK;
+            tc::acc f;
+            wmma::fill_fragment(f, 0.0f);
+            tc::product_nt(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
+            wmma::store_matrix_sync(dst + I * B * LC + m * B, f, LC, wmma::mem_row_major);
+        }
+    } else {
+        /* diagonal blocks, pair by pair: a warp per (t, i), lanes over channels */
+        for (int32_t p = warp; p < 4 * B * B; p += 8) {
+            int32_t blk = p / (B * B), t = blk * B + (p % (B * B)) / B, i = blk * B + p % B;
+            if (i > t)
+                continue;
+            float kk = 0.0f, kq = 0.0f;
+            for (int32_t x = lane; x < K; x += 32) {
+                float d = ssm_expf(G[t * gk + x] - G[i * gk + x]);
+                kk += d * kc[i * LK + x] * kc[t * LK + x];
+                kq += d * kc[i * LK + x] * qc[t * LK + x];
+            }
+            kk = warp_sum(kk);
+            kq = warp_sum(kq);
+            if (lane == 0) {
+                A[t * LC + i] = kk;
+                QK[t * LC + i] = kq;
+            }
+        }
+        /* blocks below it, row block by row block around its reference token */
+        for (int32_t I = 1; I < C / B; I++) {
+            const int32_t ref = I * B - 1, right = I * B;
+            float *lk = scratch, *lq = lk + B * LK, *rk = lq + B * LK;
+            __syncthreads(); /* the previous row block's products are done with scratch */
+            for (int32_t e = tid; e < (2 * B + right) * K; e += SSM_TC_THREADS) {
+                int32_t row = e / K, x = e % K;
+                float gr = G[ref * gk + x];
+                if (row < 2 * B) {
+                    int32_t t = I * B + row % B;
+                    const float *src = row < B ? kc : qc;
+                    lk[row * LK + x] = ssm_expf(G[t * gk + x] - gr) * src[t * LK + x];
+                } else {
+                    int32_t i = row - 2 * B;
+                    rk[i * LK + x] = ssm_expf(gr - G[i * gk + x]) * kc[i * LK + x];
+                }
+            }
+            __syncthreads();
+            for (int32_t p = warp; p < 2 * I; p += 8) {
+                int32_t m = p % I;
+                tc::acc f;
+                wmma::fill_fragment(f, 0.0f);
+                tc::product_nt(f, p < I ? lk : lq, LK, rk + m * B * LK, LK, K);
+                wmma::store_matrix_sync((p < I ? A : QK) + I * B * LC + m * B, f, LC,
+                                        wmma::mem_row_major);
+            }
+        }
+    }
+    __syncthreads();
+    /* The decay of each pair (GDN), beta on A's rows, zeros above the diagonals. */
+    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS) {
+        int32_t t = e / C, i = e % C;
+        float d = gk == 1 ? ssm_expf(G[t] - G[i]) : 1.0f;
+        A[t * LC + i] = i < t ? beta[t] * d * A[t * LC + i] : 0.0f;
+        QK[t * LC + i] = i <= t ? d * QK[t * LC + i] : 0.0f;
+    }
+    __syncthreads();
+
+    /* T = (I + A)^-1: the four diagonal 16 x 16 blocks by forward
+     * substitution, a warp each; then the blocks below, one diagonal after
+     * another: T_IJ = -T_II sum_{J <= M < I} A_IM T_MJ. */
+    if (warp < C / B) {
+        const int32_t o = warp * B;
+        for (int32_t t = 0; t < B; t++) {
+            if (lane < B) {
+                float value = lane == t ? 1.0f : 0.0f;
+                if (lane < t) {
+                    float sum = 0.0f;
+                    for (int32_t m = lane; m < t; m++)
+                        sum += A[(o + t) * LC + o + m] * T[(o + m) * LC + o + lane];
+                    value = -sum;
+                }
+                T[(o + t) * LC + o + lane] = value;
+            }
+            __syncwarp();
+        }
+    } else {
+        for (int32_t e = tid - 32 * (C / B); e < C * C; e += SSM_TC_THREADS - 32 * (C / B)) {
+            int32_t t = e / C, i = e % C;
+            if (i / B > t / B)
+                T[t * LC + i] = 0.0f;
+        }
+    }
+    __syncthreads();
+    float *M = scratch; /* [C][LC]: the sums of one diagonal of blocks */
+    for (int32_t dist = 1; dist < C / B; dist++) {
+        const int32_t blocks = C / B - dist;
+        for (int32_t e = tid; e < blocks * B * B; e += SSM_TC_THREADS) {
+            int32_t I = dist + e / (B * B), t = I * B + (e % (B * B)) / B,
+                    i = (I - dist) * B + e % B;
+            float sum = 0.0f;
+            for (int32_t m = (I - dist) * B; m < I * B; m++)
+                sum += A[t * LC + m] * T[m * LC + i];
+            M[t * LC + i] = sum;
+        }
+        __syncthreads();
+        for (int32_t e = tid; e < blocks * B * B; e += SSM_TC_THREADS) {
+            int32_t I = dist + e / (B * B), t = I * B + (e % (B * B)) / B,
+                    i = (I - dist) * B + e % B;
+            float sum = 0.0f;
+            for (int32_t m = I * B; m <= t; m++)
+                sum += T[t * LC + m] * M[m * LC + i];
+            T[t * LC + i] = -sum;
+        }
+        __syncthreads();
+    }
+
+    /* W = T (beta e^G K), straight to the record. */
+    for (int32_t e = tid; e < C * K; e += SSM_TC_THREADS) {
+        int32_t t = e / K, x = e % K;
+        scratch[t * LK + x] = beta[t] * ssm_expf(G[t * gk + (gk == 1 ? 0 : x)]) * kc[t * LK + x];
+    }
+    __syncthreads();
+    for (int32_t p = warp; p < (C / B) * (K / B); p += 8) {
+        int32_t I = p / (K / B), n = p % (K / B);
+        tc::acc f;
+        wmma::fill_fragment(f, 0.0f);
+        tc::product_nn(f, T + I * B * LC, LC, scratch + n * B, LK, (I + 1) * B);
+        wmma::store_matrix_sync(rec + L.W + I * B * K + n * B, f, K, wmma::mem_row_major);
+    }
+    __syncthreads();
+    /* Uv = T (beta V). */
+    const Act *values = (const Act *)a.v;
+    for (int32_t e = tid; e < C * V; e += SSM_TC_THREADS) {
+        int32_t t = e / V, x = e % V;
+        scratch[t * LV + x] =
+            t < c ? beta[t] * load(values + in_row * a.v_row + (first + t) * a.v_token +
+                                   (int64_t)h * V + x)
+                  : 0.0f;
+    }
+    __syncthreads();
+    for (int32_t p = warp; p < (C / B) * (V / B); p += 8) {
+        int32_t I = p / (V / B), n = p % (V / B);
+        tc::acc f;
+        wmma::fill_fragment(f, 0.0f);
+        tc::product_nn(f, T + I * B * LC, LC, scratch + n * B, LV, (I + 1) * B);
+        wmma::store_matrix_sync(rec + L.Uv + I * B * V + n * B, f, V, wmma::mem_row_major);
+    }
+    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS)
+        rec[L.QK + e] = QK[(e / C) * LC + e % C];
+}
+
+/* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
+ * chunk_scan_shared_floats floats of dynamic shared memory; after
+ * chunk_prepare_kernel on the same arguments and work buffer. */
+template <class State, class Act>
+__global__ void __launch_bounds__(SSM_TC_THREADS, 1)
+    chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
+{
+    extern __shared__ float shared[];
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, K = a.K, V = a.V;
+    const int32_t LK = tc_pad(K), LC = tc_pad(C), LR = tc_pad(R);
+    const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
+    const int32_t tid = threadIdx.x, warp = tid >> 5;
+    const int32_t in_row = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
+                                 blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
+        return;
+    const int32_t n = tc::row_tokens(a, r);
+    if (n <= 0)
+        return;
+    /* with token_offsets a row may go on past this call's chunks */
+    const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
+    float *S = shared, *W = S + R * LK, *Qg = W + C * LK, *Kd = Qg + C * LK;
+    float *Uv = Kd + C * LK, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
+    float *decay = QK + C * LC;
+    const tc_record L = tc_record_layout(K, V);
+    const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
+                             (a.current ? a.current[in_row] : 0);
+    State *state = (State *)a.state + (snapshot * a.HV + h) * (int64_t)V * K;
+    Act *out = (Act *)a.out;
+    const int32_t live_rows = V - e0 < R ? V - e0 : R;
+
+    /* The record parts of chunk j, in three groups in the order they are
+     * used: W and Uv, then Qg and QK, then Kd and the decay. */
+    auto stage = [&](int32_t j, int32_t part) {
+        if (j < row_chunks) {
+            const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
+            if (part == 0) {
+                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+                    copy_chunk_async(W + t * LK + x, rec + L.W + t * K + x, true);
+                }
+                for (int32_t e = tid; e < C * R / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
+                    bool live = x < live_rows;
+                    copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0),
+                                     live);
+                }
+            } else if (part == 1) {
+                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+                    copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
+                }
+                for (int32_t e = tid; e < C * C / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
+                    copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
+                }
+            } else {
+                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+                    copy_chunk_async(Kd + t * LK + x, rec + L.Kd + t * K + x, true);
+                }
+                for (int32_t e = tid; e < K / 4; e += SSM_TC_THREADS)
+                    copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
+            }
+        }
+        copy_async_commit(); /* possibly empty: three groups per chunk */
+    };
+    for (int32_t part = 0; part < 3; part++)
+        stage(0, part);
+    for (int32_t e = tid; e < R * K; e += SSM_TC_THREADS) {
+        int32_t v = e / K, x = e % K;
+        S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
+    }
+    /* The scan's tiles: U and o are C x R (8 tiles, one per warp), S is R x K. */
+    const int32_t I = warp / (R / B), J = warp % (R / B);
+    for (int32_t j = 0; j < row_chunks; j++) {
+        const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
+        copy_async_wait<2>();
+        __syncthreads(); /* W and Uv of chunk j, and the state of chunk j - 1 */
+        {
+            tc::acc w, u;
+            wmma::fill_fragment(w, 0.0f);
+            tc::product_nt(w, W + I * B * LK, LK, S + J * B * LK, LK, K);
+            wmma::load_matrix_sync(u, Uv + I * B * LR + J * B, LR, wmma::mem_row_major);
+#pragma unroll
+            for (int i = 0; i < u.num_elements; i++)
+                u.x[i] -= w.x[i];
+            wmma::store_matrix_sync(U + I * B * LR + J * B, u, LR, wmma::mem_row_major);
+        }
+        __syncthreads(); /* U is whole; W and Uv are free */
+        stage(j + 1, 0);
+        copy_async_wait<2>();
+        __syncthreads(); /* Qg and QK of chunk j */
+        {
+            tc::acc o;
+            wmma::fill_fragment(o, 0.0f);
+            tc::product_nt(o, Qg + I * B * LK, LK, S + J * B * LK, LK, K);
+            tc::product_nn(o, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+            wmma::store_matrix_sync(O + I * B * LR + J * B, o, LR, wmma::mem_row_major);
+        }
+        __syncthreads(); /* S is read; o is whole */
+        stage(j + 1, 1);
+        copy_async_wait<2>();
+        if (out) {
+            for (int32_t e = tid; e < c * R; e += SSM_TC_THREADS) {
+                int32_t t = e / R, v = e % R;
+                if (v >= live_rows)
+                    continue;
+                int64_t token = a.token_offsets
+                                    ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
+                                    : r * (a.out_row / a.out_token) + t0 + t;
+                store(out + token * a.out_token + (int64_t)h * V + e0 + v, O[t * LR + v]);
+            }
+        }
+        __syncthreads(); /* Kd and the decay of chunk j */
+        for (int32_t e = tid; e < R * K; e += SSM_TC_THREADS) {
+            int32_t v = e / K, x = e % K;
+            S[v * LK + x] *= decay[a.gk == 1 ? 0 : x];
+        }
+        __syncthreads();
+        for (int32_t p = warp; p < (R / B) * (K / B); p += 8) {
+            int32_t Iv = p / (K / B), n16 = p % (K / B);
+            tc::acc s;
+            wmma::load_matrix_sync(s, S + Iv * B * LK + n16 * B, LK, wmma::mem_row_major);
+            tc::product_tn(s, U + Iv * B, LR, Kd + n16 * B, LK, C);
+#pragma unroll
+            for (int i = 0; i < s.num_elements; i++)
+                s.x[i] = round_to((const State *)0, s.x[i]);
+            wmma::store_matrix_sync(S + Iv * B * LK + n16 * B, s, LK, wmma::mem_row_major);
+        }
+        __syncthreads(); /* Kd is free */
+        stage(j + 1, 2);
+    }
+    copy_async_wait<0>();
+    for (int32_t e = tid; e < live_rows * K; e += SSM_TC_THREADS) {
+        int32_t v = e / K, x = e % K;
+        store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
+    }
+}
+
+/* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
+ * (chunk_tc_work_floats). */
+template <class Act>
+inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
+                                 cudaStream_t st)
+{
+    size_t shared = chunk_prepare_shared_floats(a.K, a.V, a.gk) * sizeof(float);
+    cudaFuncSetAttribute(chunk_prepare_kernel<Act>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)shared);
+    chunk_prepare_kernel<Act>
+        <<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared, st>>>(
+            a, work, chunks);
+}
+
+/* The scan over the records launch_chunk_prepare wrote. */
+template <class State, class Act>
+inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
+                              const float *work, cudaStream_t st)
+{
+    size_t shared = chunk_scan_shared_floats(a.K) * sizeof(float);
+    cudaFuncSetAttribute(chunk_scan_kernel<State, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    chunk_scan_kernel<State, Act>
+        <<<dim3((unsigned)((a.V + SSM_TC_ROWS - 1) / SSM_TC_ROWS), (unsigned)a.HV,
+                (unsigned)rows),
+           SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+}
+
+/* Both kernels. */
+template <class State, class Act>
+inline void launch_chunk_tc(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
+                            cudaStream_t st)
+{
+    launch_chunk_prepare<Act>(a, rows, chunks, work, st);
+    launch_chunk_scan<State, Act>(a, rows, chunks, work, st);
+}
+
+} /* namespace ssm */
+#endif
