@@ -26,12 +26,14 @@
  * gate per head (GDN) the products are of the raw vectors and the pair's
  * decay multiplies each sum.
  *
- * Shapes: K and V multiples of 16, at most 128 (chunk_tc_supported); the
- * other shapes keep chunk.cuh's kernel. */
+ * Shapes: K of 32, 64 or 128, V a multiple of 16 up to 128
+ * (chunk_tc_supported); the other shapes keep chunk.cuh's kernel. */
 #ifndef SSM_KERNELS_CUDA_CHUNK_TC_CUH
 #define SSM_KERNELS_CUDA_CHUNK_TC_CUH
 
 #include <mma.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/chunk.cuh"
 
@@ -89,10 +91,11 @@ __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
     return SSM_TC_ROWS * LK + 3 * C * LK + 3 * C * LR + C * LC + K;
 }
 
-/* The tensor-core path runs these shapes. */
+/* The tensor-core path runs these shapes (K a template argument of the
+ * kernels, so their index arithmetic folds). */
 inline bool chunk_tc_supported(int32_t K, int32_t V)
 {
-    return K % 16 == 0 && V % 16 == 0 && K <= 128 && V <= 128;
+    return (K == 32 || K == 64 || K == 128) && V % 16 == 0 && V <= 128;
 }
 
 namespace wmma = nvcuda::wmma;
@@ -167,12 +170,12 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <class Act>
+template <int K, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
-    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, K = a.K, V = a.V, gk = a.gk;
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, V = a.V, gk = a.gk;
     const int32_t LK = tc_pad(K), LC = tc_pad(C), LV = tc_pad(V);
     const int32_t j = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
     const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -193,6 +196,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     /* Stage k, q, beta and the raw log-decays; tokens past c are zeros (their
      * rows of A, T, W and Uv come out zero or unit, so the scan can run
      * whole 64-token chunks). */
+#pragma unroll 8
     for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
         int32_t t = i / K, x = i % K;
         bool live = t < c;
@@ -202,6 +206,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     }
     for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
         beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
+#pragma unroll 8
     for (int32_t i = tid; i < C * gk; i += SSM_TC_THREADS) {
         int32_t t = i / gk, x = i % gk;
         G[i] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + (int64_t)h * gk + x]
@@ -218,6 +223,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     __syncthreads();
 
     /* The record's parts that are one pass over k and q. */
+#pragma unroll 4
     for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
         int32_t t = i / K, x = i % K;
         float gt = G[t * gk + (gk == 1 ? 0 : x)];
@@ -363,6 +369,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     __syncthreads();
     /* Uv = T (beta V). */
     const Act *values = (const Act *)a.v;
+#pragma unroll 8
     for (int32_t e = tid; e < C * V; e += SSM_TC_THREADS) {
         int32_t t = e / V, x = e % V;
         scratch[t * LV + x] =
@@ -385,12 +392,12 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
 /* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
  * chunk_scan_shared_floats floats of dynamic shared memory; after
  * chunk_prepare_kernel on the same arguments and work buffer. */
-template <class State, class Act>
+template <int K, class State, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
-    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, K = a.K, V = a.V;
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, V = a.V;
     const int32_t LK = tc_pad(K), LC = tc_pad(C), LR = tc_pad(R);
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
@@ -419,6 +426,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         if (j < row_chunks) {
             const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
             if (part == 0) {
+#pragma unroll
                 for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
                     int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
                     copy_chunk_async(W + t * LK + x, rec + L.W + t * K + x, true);
@@ -430,6 +438,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                                      live);
                 }
             } else if (part == 1) {
+#pragma unroll
                 for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
                     int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
                     copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
@@ -439,6 +448,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                     copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
                 }
             } else {
+#pragma unroll
                 for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
                     int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
                     copy_chunk_async(Kd + t * LK + x, rec + L.Kd + t * K + x, true);
@@ -485,21 +495,25 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         __syncthreads(); /* S is read; o is whole */
         stage(j + 1, 1);
         copy_async_wait<2>();
-        if (out) {
-            for (int32_t e = tid; e < c * R; e += SSM_TC_THREADS) {
-                int32_t t = e / R, v = e % R;
+        if (out) { /* four value rows per thread */
+            for (int32_t e = tid; e < c * R / 4; e += SSM_TC_THREADS) {
+                int32_t t = e / (R / 4), v = 4 * (e % (R / 4));
                 if (v >= live_rows)
                     continue;
                 int64_t token = a.token_offsets
                                     ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
                                     : r * (a.out_row / a.out_token) + t0 + t;
-                store(out + token * a.out_token + (int64_t)h * V + e0 + v, O[t * LR + v]);
+                store4(out + token * a.out_token + (int64_t)h * V + e0 + v, O + t * LR + v);
             }
         }
         __syncthreads(); /* Kd and the decay of chunk j */
-        for (int32_t e = tid; e < R * K; e += SSM_TC_THREADS) {
-            int32_t v = e / K, x = e % K;
-            S[v * LK + x] *= decay[a.gk == 1 ? 0 : x];
+#pragma unroll
+        for (int32_t e = tid; e < R * K / 4; e += SSM_TC_THREADS) {
+            int32_t v = e / (K / 4), x = 4 * (e % (K / 4));
+            float4 s = *(float4 *)(S + v * LK + x), d = *(const float4 *)(decay + x);
+            if (a.gk == 1)
+                d.x = d.y = d.z = d.w = decay[0];
+            *(float4 *)(S + v * LK + x) = make_float4(s.x * d.x, s.y * d.y, s.z * d.z, s.w * d.w);
         }
         __syncthreads();
         for (int32_t p = warp; p < (R / B) * (K / B); p += 8) {
@@ -522,6 +536,17 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     }
 }
 
+/* Calls f with K as a template argument (chunk_tc_supported's K). */
+template <class F> inline void with_key_dim(int32_t K, F f)
+{
+    if (K == 32)
+        f(std::integral_constant<int, 32>());
+    else if (K == 64)
+        f(std::integral_constant<int, 64>());
+    else
+        f(std::integral_constant<int, 128>());
+}
+
 /* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
  * (chunk_tc_work_floats). */
 template <class Act>
@@ -529,11 +554,12 @@ inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chun
                                  cudaStream_t st)
 {
     size_t shared = chunk_prepare_shared_floats(a.K, a.V, a.gk) * sizeof(float);
-    cudaFuncSetAttribute(chunk_prepare_kernel<Act>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)shared);
-    chunk_prepare_kernel<Act>
-        <<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared, st>>>(
-            a, work, chunks);
+    with_key_dim(a.K, [&](auto k) {
+        auto kernel = chunk_prepare_kernel<decltype(k)::value, Act>;
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        kernel<<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared,
+                 st>>>(a, work, chunks);
+    });
 }
 
 /* The scan over the records launch_chunk_prepare wrote. */
@@ -542,12 +568,13 @@ inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
                               const float *work, cudaStream_t st)
 {
     size_t shared = chunk_scan_shared_floats(a.K) * sizeof(float);
-    cudaFuncSetAttribute(chunk_scan_kernel<State, Act>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    chunk_scan_kernel<State, Act>
-        <<<dim3((unsigned)((a.V + SSM_TC_ROWS - 1) / SSM_TC_ROWS), (unsigned)a.HV,
-                (unsigned)rows),
-           SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+    with_key_dim(a.K, [&](auto k) {
+        auto kernel = chunk_scan_kernel<decltype(k)::value, State, Act>;
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        kernel<<<dim3((unsigned)((a.V + SSM_TC_ROWS - 1) / SSM_TC_ROWS), (unsigned)a.HV,
+                      (unsigned)rows),
+                 SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+    });
 }
 
 /* Both kernels. */
