@@ -1,7 +1,8 @@
 /* Times the GPU's chunked recurrence (kernels/cuda/chunk.cuh) alone on the
  * prefill shapes of issue 5, both forms: chunk_tc.cuh's pair on tensor
  * cores and chunk.cuh's kernel on CUDA cores: Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and
- * Kimi-Linear (KDA, H = HV = 32), fp32 state, 1 x 4096 and 8 x 1024 tokens,
+ * Kimi-Linear (KDA, H = HV = 32), fp32 state (and bf16 for the tensor-core
+ * pair), 1 x 4096 and 8 x 1024 tokens,
  * one layer. Inputs are prepared tokens (normalized-scale k and q, v,
  * log-decays, beta) filled on the device; the conv and gates of the
  * prologue are not in the time. Prints the median over the repetitions
@@ -36,8 +37,9 @@ __global__ void fill(float *x, int64_t n, uint32_t seed, float lo, float hi)
 }
 
 /* What is timed: both tensor-core kernels, one of them, or chunk.cuh's. */
-enum { FORM_BOTH, FORM_PREPARE, FORM_SCAN, FORM_CUDA_CORES, FORMS };
-const char *const form_names[] = {"tensor-core", "  prepare", "  scan", "cuda-core"};
+enum { FORM_BOTH, FORM_PREPARE, FORM_SCAN, FORM_BF16_STATE, FORM_CUDA_CORES, FORMS };
+const char *const form_names[] = {"tensor-core", "  prepare", "  scan", "tc bf16 state",
+                                  "cuda-core"};
 
 struct Shape {
     const char *model;
@@ -119,6 +121,8 @@ double time_shape(const Shape &s, int form, int reps)
                                                                             chunks)),
                 "cudaMalloc"))
             return -1;
+        if (form == FORM_BF16_STATE) /* a zero bf16 state; timing does not depend on it */
+            cudaMemset(state, 0, sizeof(float) * (size_t)s.rows * s.HV * V * K);
         cudaEvent_t start, stop;
         cudaEventCreate(&start);
         cudaEventCreate(&stop);
@@ -126,13 +130,15 @@ double time_shape(const Shape &s, int form, int reps)
         for (int i = 0; i < reps + 2; i++) {
             cudaEventRecord(start);
             if (form == FORM_PREPARE || (form == FORM_SCAN && i == 0))
-                ssm::launch_chunk_prepare<float>(a, s.rows, chunks, work, 0);
+                ssm::launch_chunk_prepare<float, float>(a, s.rows, chunks, work, 0);
             if (form == FORM_SCAN && i == 0)
                 cudaEventRecord(start); /* the scan alone, over the records of the first call */
             if (form == FORM_SCAN)
                 ssm::launch_chunk_scan<float, float>(a, s.rows, chunks, work, 0);
             else if (form == FORM_BOTH)
                 ssm::launch_chunk_tc<float, float>(a, s.rows, chunks, work, 0);
+            else if (form == FORM_BF16_STATE) /* the state buffer read as bf16 */
+                ssm::launch_chunk_tc<ssm::bf16, float>(a, s.rows, chunks, work, 0);
             else if (form == FORM_CUDA_CORES)
                 ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
             cudaEventRecord(stop);

@@ -12,10 +12,12 @@
  *    rounded to the state dtype at each chunk's end as chunk.c does. The
  *    next chunk's record streams in (cp.async) while this one computes.
  *
- * The dense products run as TF32 WMMA (16 x 16 x 8, fp32 accumulation), so
- * operands carry 10 mantissa bits: the GPU differs from kernels/chunk.c by
- * that rounding and stays within SPEC 3.5's chunked bound of the fp64
- * recurrence (docs/prefill.md has the measured distances).
+ * The dense products run as TF32 WMMA (16 x 16 x 8, fp32 accumulation). For
+ * a bf16 state the operands carry TF32's 10 mantissa bits, well inside SPEC
+ * 3.5's chunked bound of the fp64 recurrence; for an fp32 state each
+ * product is three (3xTF32: the operands split into a rounded part and its
+ * rounding error), close to fp32, so CPU and CUDA stay within 1e-5
+ * (docs/prefill.md has the measured distances).
  *
  * Decays are formed from differences (SPEC 2.4). With a per-channel gate
  * (KDA) the decay of a pair does not factor out of the sum over channels:
@@ -108,48 +110,65 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::r
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> b_col;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
 
-/* Loads a fragment of fp32 values and rounds them to TF32. */
-template <class F> __device__ __forceinline__ void load_tf32(F &f, const float *p, int32_t ld)
+/* Loads a fragment of fp32 values as TF32: rounded (hi), and with `split`
+ * the rounding error as a second TF32 fragment (lo), so hi + lo carries
+ * about 21 of fp32's 24 mantissa bits. */
+template <bool split, class F>
+__device__ __forceinline__ void load_tf32(F &hi, F &lo, const float *p, int32_t ld)
 {
-    wmma::load_matrix_sync(f, p, ld);
+    wmma::load_matrix_sync(hi, p, ld);
 #pragma unroll
-    for (int i = 0; i < f.num_elements; i++)
-        f.x[i] = wmma::__float_to_tf32(f.x[i]);
+    for (int i = 0; i < hi.num_elements; i++) {
+        float x = hi.x[i];
+        hi.x[i] = wmma::__float_to_tf32(x);
+        if (split)
+            lo.x[i] = wmma::__float_to_tf32(x - hi.x[i]);
+    }
 }
 
-/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. */
-template <class FA, class FB>
+/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. With `split`
+ * ("3xTF32") each step is a_lo b_hi + a_hi b_lo + a_hi b_hi: products
+ * within fp32 rounding, for an fp32 state (SPEC 3.5's 1e-5 between CPU
+ * and CUDA); without, TF32's 10 mantissa bits (a bf16 state). */
+template <bool split, class FA, class FB>
 __device__ __forceinline__ void product(acc &c, const float *a, int32_t a_step, int32_t lda,
                                         const float *b, int32_t b_step, int32_t ldb, int32_t depth)
 {
-    FA fa;
-    FB fb;
+    FA fa, fa_lo;
+    FB fb, fb_lo;
     for (int32_t d = 0; d < depth; d += 8) {
-        load_tf32(fa, a + d * a_step, lda);
-        load_tf32(fb, b + d * b_step, ldb);
+        load_tf32<split>(fa, fa_lo, a + d * a_step, lda);
+        load_tf32<split>(fb, fb_lo, b + d * b_step, ldb);
+        if (split) {
+            wmma::mma_sync(c, fa_lo, fb, c);
+            wmma::mma_sync(c, fa, fb_lo, c);
+        }
         wmma::mma_sync(c, fa, fb, c);
     }
 }
 
 /* c += X[16 x depth] Y[16 x depth]^T: both operands rows of length depth. */
+template <bool split>
 __device__ __forceinline__ void product_nt(acc &c, const float *x, int32_t ldx, const float *y,
                                            int32_t ldy, int32_t depth)
 {
-    product<a_row, b_col>(c, x, 1, ldx, y, 1, ldy, depth);
+    product<split, a_row, b_col>(c, x, 1, ldx, y, 1, ldy, depth);
 }
 
 /* c += X[16 x depth] Y[depth x 16]: X by rows, Y by rows. */
+template <bool split>
 __device__ __forceinline__ void product_nn(acc &c, const float *x, int32_t ldx, const float *y,
                                            int32_t ldy, int32_t depth)
 {
-    product<a_row, b_row>(c, x, 1, ldx, y, ldy, ldy, depth);
+    product<split, a_row, b_row>(c, x, 1, ldx, y, ldy, ldy, depth);
 }
 
 /* c += X^T Y for X [depth x 16], Y [depth x 16], both by rows. */
+template <bool split>
 __device__ __forceinline__ void product_tn(acc &c, const float *x, int32_t ldx, const float *y,
                                            int32_t ldy, int32_t depth)
 {
-    product<a_col, b_row>(c, x, ldx, ldx, y, ldy, ldy, depth);
+    product<split, a_col, b_row>(c, x, ldx, ldx, y, ldy, ldy, depth);
 }
 
 /* Launch row r's tokens: counts[r], or with token_offsets those from
@@ -170,7 +189,7 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <int K, class Act>
+template <int K, bool split, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
@@ -244,7 +263,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
             float *dst = p < 10 ? A : QK;
             tc::acc f;
             wmma::fill_fragment(f, 0.0f);
-            tc::product_nt(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
+            tc::product_nt<split>(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
             wmma::store_matrix_sync(dst + I * B * LC + m * B, f, LC, wmma::mem_row_major);
         }
     } else {
@@ -288,7 +307,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                 int32_t m = p % I;
                 tc::acc f;
                 wmma::fill_fragment(f, 0.0f);
-                tc::product_nt(f, p < I ? lk : lq, LK, rk + m * B * LK, LK, K);
+                tc::product_nt<split>(f, p < I ? lk : lq, LK, rk + m * B * LK, LK, K);
                 wmma::store_matrix_sync((p < I ? A : QK) + I * B * LC + m * B, f, LC,
                                         wmma::mem_row_major);
             }
@@ -363,7 +382,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         int32_t I = p / (K / B), n = p % (K / B);
         tc::acc f;
         wmma::fill_fragment(f, 0.0f);
-        tc::product_nn(f, T + I * B * LC, LC, scratch + n * B, LK, (I + 1) * B);
+        tc::product_nn<split>(f, T + I * B * LC, LC, scratch + n * B, LK, (I + 1) * B);
         wmma::store_matrix_sync(rec + L.W + I * B * K + n * B, f, K, wmma::mem_row_major);
     }
     __syncthreads();
@@ -382,7 +401,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         int32_t I = p / (V / B), n = p % (V / B);
         tc::acc f;
         wmma::fill_fragment(f, 0.0f);
-        tc::product_nn(f, T + I * B * LC, LC, scratch + n * B, LV, (I + 1) * B);
+        tc::product_nn<split>(f, T + I * B * LC, LC, scratch + n * B, LV, (I + 1) * B);
         wmma::store_matrix_sync(rec + L.Uv + I * B * V + n * B, f, V, wmma::mem_row_major);
     }
     for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS)
@@ -396,6 +415,7 @@ template <int K, class State, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
+    constexpr bool split = sizeof(State) == 4; /* fp32 state: 3xTF32 */
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, V = a.V;
     const int32_t LK = tc_pad(K), LC = tc_pad(C), LR = tc_pad(R);
@@ -474,7 +494,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         {
             tc::acc w, u;
             wmma::fill_fragment(w, 0.0f);
-            tc::product_nt(w, W + I * B * LK, LK, S + J * B * LK, LK, K);
+            tc::product_nt<split>(w, W + I * B * LK, LK, S + J * B * LK, LK, K);
             wmma::load_matrix_sync(u, Uv + I * B * LR + J * B, LR, wmma::mem_row_major);
 #pragma unroll
             for (int i = 0; i < u.num_elements; i++)
@@ -488,8 +508,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         {
             tc::acc o;
             wmma::fill_fragment(o, 0.0f);
-            tc::product_nt(o, Qg + I * B * LK, LK, S + J * B * LK, LK, K);
-            tc::product_nn(o, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+            tc::product_nt<split>(o, Qg + I * B * LK, LK, S + J * B * LK, LK, K);
+            tc::product_nn<split>(o, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
             wmma::store_matrix_sync(O + I * B * LR + J * B, o, LR, wmma::mem_row_major);
         }
         __syncthreads(); /* S is read; o is whole */
@@ -520,7 +540,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
             int32_t Iv = p / (K / B), n16 = p % (K / B);
             tc::acc s;
             wmma::load_matrix_sync(s, S + Iv * B * LK + n16 * B, LK, wmma::mem_row_major);
-            tc::product_tn(s, U + Iv * B, LR, Kd + n16 * B, LK, C);
+            tc::product_tn<split>(s, U + Iv * B, LR, Kd + n16 * B, LK, C);
 #pragma unroll
             for (int i = 0; i < s.num_elements; i++)
                 s.x[i] = round_to((const State *)0, s.x[i]);
@@ -548,14 +568,14 @@ template <class F> inline void with_key_dim(int32_t K, F f)
 }
 
 /* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
- * (chunk_tc_work_floats). */
-template <class Act>
+ * (chunk_tc_work_floats); its products in 3xTF32 for an fp32 State. */
+template <class State, class Act>
 inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
                                  cudaStream_t st)
 {
     size_t shared = chunk_prepare_shared_floats(a.K, a.V, a.gk) * sizeof(float);
     with_key_dim(a.K, [&](auto k) {
-        auto kernel = chunk_prepare_kernel<decltype(k)::value, Act>;
+        auto kernel = chunk_prepare_kernel<decltype(k)::value, sizeof(State) == 4, Act>;
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
         kernel<<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared,
                  st>>>(a, work, chunks);
@@ -582,7 +602,7 @@ template <class State, class Act>
 inline void launch_chunk_tc(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
                             cudaStream_t st)
 {
-    launch_chunk_prepare<Act>(a, rows, chunks, work, st);
+    launch_chunk_prepare<State, Act>(a, rows, chunks, work, st);
     launch_chunk_scan<State, Act>(a, rows, chunks, work, st);
 }
 

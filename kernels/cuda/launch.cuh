@@ -443,16 +443,25 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.out_row = a.out_token; /* unused with token_offsets */
         cudaStream_t stream = (cudaStream_t)step->stream;
         bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-        float *work = g.prefill_work;
-        if (g.tensor_core_prefill && bf16_state && bf16_act)
-            launch_chunk_tc<bf16, bf16>(a, step->rows, 1, work, stream);
-        else if (g.tensor_core_prefill && bf16_state)
-            launch_chunk_tc<bf16, float>(a, step->rows, 1, work, stream);
-        else if (g.tensor_core_prefill && bf16_act)
-            launch_chunk_tc<float, bf16>(a, step->rows, 1, work, stream);
-        else if (g.tensor_core_prefill)
-            launch_chunk_tc<float, float>(a, step->rows, 1, work, stream);
-        else if (bf16_state && bf16_act)
+        if (g.tensor_core_prefill) {
+            /* The work records hold `capacity` rows; a step may have more
+               (padding rows), so the rows go in groups of that many. */
+            for (int32_t g0 = 0; g0 < step->rows; g0 += g.capacity) {
+                chunk_args part = a;
+                part.slots = a.slots ? a.slots + g0 : NULL;
+                part.token_offsets = a.token_offsets + g0;
+                int32_t rows = step->rows - g0 < g.capacity ? step->rows - g0 : g.capacity;
+                float *work = g.prefill_work;
+                if (bf16_state && bf16_act)
+                    launch_chunk_tc<bf16, bf16>(part, rows, 1, work, stream);
+                else if (bf16_state)
+                    launch_chunk_tc<bf16, float>(part, rows, 1, work, stream);
+                else if (bf16_act)
+                    launch_chunk_tc<float, bf16>(part, rows, 1, work, stream);
+                else
+                    launch_chunk_tc<float, float>(part, rows, 1, work, stream);
+            }
+        } else if (bf16_state && bf16_act)
             launch_chunk_typed<bf16, bf16>(a, step->rows, stream);
         else if (bf16_state)
             launch_chunk_typed<bf16, float>(a, step->rows, stream);
