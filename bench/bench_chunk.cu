@@ -1,13 +1,13 @@
-/* Times the GPU's chunked recurrence (kernels/cuda/chunk.cuh) alone on the
- * prefill shapes of issue 5, both forms: chunk_tc.cuh's pair on tensor
- * cores and chunk.cuh's kernel on CUDA cores: Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and
- * Kimi-Linear (KDA, H = HV = 32), fp32 state (and bf16 for the tensor-core
- * pair), 1 x 4096 and 8 x 1024 tokens,
- * one layer. Inputs are prepared tokens (normalized-scale k and q, v,
+/* Times the GPU's chunked recurrence alone on issue 5's prefill shapes:
+ * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
+ * 32), 1 x 4096 and 8 x 1024 tokens, one layer. Forms: chunk_tc.cuh's pair
+ * on tensor cores with an fp32 state (3xTF32), each of its two kernels
+ * alone, the pair with a bf16 state (TF32), and chunk.cuh's kernel on CUDA
+ * cores. Inputs are prepared tokens (normalized-scale k and q, v,
  * log-decays, beta) filled on the device; the conv and gates of the
  * prologue are not in the time. Prints the median over the repetitions
- * (CUDA events) and tokens/s per layer. Not yet behind the prefill calls:
- * docs/prefill.md.
+ * (CUDA events) and tokens/s per layer; bench/fla_prefill.py times fla-core
+ * on the same shapes (docs/prefill.md).
  *
  *   nvcc -std=c++17 -O3 --fmad=false -gencode=arch=compute_90,code=sm_90 \
  *        -I. -Iinclude bench/bench_chunk.cu -o bench_chunk && ./bench_chunk */

@@ -76,14 +76,17 @@ inline int64_t chunk_tc_work_floats(int32_t K, int32_t V, int32_t HV, int32_t ro
  * of four, as TF32 loads need). */
 __host__ __device__ inline int32_t tc_pad(int32_t n) { return n + 4; }
 
+/* k, q (KDA; GDN's q sits in the scratch), G, beta, A, T (QK before it)
+ * and a scratch: GDN's q, then the block sums of T, beta e^G K, beta V;
+ * KDA's scaled operands of a row block (2 x 16 left and up to 48 right
+ * rows) first. GDN's fits two blocks on an SM at K = 128. */
 __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
-    /* scratch: a row block's 2 x 16 left and up to 48 right rows, or beta V,
-       or the block sums of T */
-    size_t scratch = (C + 16) * LK, values = C * tc_pad(V), sums = C * LC;
+    size_t scratch = (gk == 1 ? C : C + 16) * LK, values = C * tc_pad(V), sums = C * LC;
     scratch = scratch > values ? scratch : values;
-    return 2 * C * LK + C * gk + C + 3 * C * LC + (scratch > sums ? scratch : sums);
+    scratch = scratch > sums ? scratch : sums;
+    return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + 2 * C * LC + scratch;
 }
 
 __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
@@ -190,7 +193,7 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
 template <int K, bool split, class Act>
-__global__ void __launch_bounds__(SSM_TC_THREADS, 1)
+__global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
@@ -206,8 +209,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         return;
     const int32_t c = n - t0 < C ? n - t0 : C;
     const int32_t first = t0; /* the chunk's first token in the row's inputs */
-    float *kc = shared, *qc = kc + C * LK, *G = qc + C * LK, *beta = G + C * gk;
-    float *A = beta + C, *QK = A + C * LC, *T = QK + C * LC, *scratch = T + C * LC;
+    float *kc = shared, *G = kc + (gk == 1 ? 1 : 2) * C * LK, *beta = G + C * gk;
+    float *A = beta + C, *T = A + C * LC, *scratch = T + C * LC;
+    float *qc = gk == 1 ? scratch : kc + C * LK; /* GDN's q is spent before the scratch is reused */
+    float *QK = T; /* QK goes to the record before T is computed */
     const int32_t key_head = h / a.group;
     const tc_record L = tc_record_layout(K, V);
     float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
@@ -322,6 +327,9 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         QK[t * LC + i] = i <= t ? d * QK[t * LC + i] : 0.0f;
     }
     __syncthreads();
+    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS)
+        rec[L.QK + e] = QK[(e / C) * LC + e % C];
+    __syncthreads(); /* QK's place is T's */
 
     /* T = (I + A)^-1: the four diagonal 16 x 16 blocks by forward
      * substitution, a warp each; then the blocks below, one diagonal after
@@ -404,8 +412,6 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         tc::product_nn<split>(f, T + I * B * LC, LC, scratch + n * B, LV, (I + 1) * B);
         wmma::store_matrix_sync(rec + L.Uv + I * B * V + n * B, f, V, wmma::mem_row_major);
     }
-    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS)
-        rec[L.QK + e] = QK[(e / C) * LC + e % C];
 }
 
 /* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
