@@ -1,9 +1,8 @@
 /* Times the GPU's chunked recurrence alone on issue 5's prefill shapes:
  * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
  * 32), 1 x 4096 and 8 x 1024 tokens, one layer. Forms: chunk_tc.cuh's pair
- * on tensor cores with an fp32 state (3xTF32), each of its two kernels
- * alone, the pair with a bf16 state (TF32), and chunk.cuh's kernel on CUDA
- * cores. Inputs are prepared tokens (normalized-scale k and q, v,
+ * on tensor cores with an fp32 state, each of its two kernels alone, the
+ * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are prepared tokens (normalized-scale k and q, v,
  * log-decays, beta) filled on the device; the conv and gates of the
  * prologue are not in the time. Prints the median over the repetitions
  * (CUDA events) and tokens/s per layer; bench/fla_prefill.py times fla-core
