@@ -110,7 +110,7 @@ namespace wmma = nvcuda::wmma;
  * past the 7e-3 that SPEC 3.5's chunked and recurrent bounds leave between
  * them; with 3xTF32 it is as close as chunk.cuh's fp32 form
  * (docs/prefill.md). */
-template <class State> constexpr bool tc_split() { return true; }
+template <class State> __host__ __device__ constexpr bool tc_split() { return true; }
 
 namespace tc {
 
