@@ -2,9 +2,9 @@
  * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
  * 32), 1 x 4096 and 8 x 1024 tokens, one layer. Forms: chunk_tc.cuh's pair
  * on tensor cores with an fp32 state, each of its two kernels alone, the
- * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are prepared tokens (normalized-scale k and q, v,
- * log-decays, beta) filled on the device; the conv and gates of the
- * prologue are not in the time. Prints the median over the repetitions
+ * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are
+ * prepared tokens (normalized-scale k and q, v, log-decays, beta) filled on
+ * the device; the conv and gates of the prologue are not in the time. Prints the median over the repetitions
  * (CUDA events) and tokens/s per layer; bench/fla_prefill.py times fla-core
  * on the same shapes (docs/prefill.md).
  *
@@ -110,8 +110,8 @@ double time_shape(const Shape &s, int form, int reps)
         a.out_row = a.v_row;
         dim3 grid((V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, s.HV, s.rows);
         size_t shared = ssm::chunk_shared_floats(K) * sizeof(float);
-        cudaFuncSetAttribute(ssm::chunk_kernel<float, float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)shared);
+        cudaFuncSetAttribute(ssm::chunk_kernel<float, float>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
         int32_t chunks = (s.tokens + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
         float *work = nullptr;
         bool tensor_cores = form != FORM_CUDA_CORES;

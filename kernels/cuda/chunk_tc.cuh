@@ -20,12 +20,13 @@
  *
  * Decays are formed from differences (SPEC 2.4). With a per-channel gate
  * (KDA) the decay of a pair does not factor out of the sum over channels:
- * for blocks of 16 x 16 pairs below the diagonal, the operands are scaled
- * around the last token r before the row block, k_t e^{G_t - G_r} and
- * k_i e^{G_r - G_i}, both factors at most 1 (no overflow at any gate); the
- * diagonal blocks take e^{G_t - G_i} per channel on CUDA cores. With one
- * gate per head (GDN) the products are of the raw vectors and the pair's
- * decay multiplies each sum.
+ * the operands of a row block of 16 tokens are scaled around the token r
+ * before it, k_t e^{G_t - G_r} and k_i e^{G_r - G_i}; below the diagonal
+ * both factors are at most 1 (no overflow at any gate), and the diagonal
+ * block's factors above 1 are kept when bounded (SSM_TC_SPAN), else that
+ * block takes e^{G_t - G_i} per pair on CUDA cores. With one gate per head
+ * (GDN) the products are of the raw vectors and the pair's decay
+ * multiplies each sum.
  *
  * Shapes: K of 32, 64 or 128, V a multiple of 16 up to 128
  * (chunk_tc_supported); the other shapes keep chunk.cuh's kernel. */
@@ -43,6 +44,7 @@ namespace ssm {
 #define SSM_TC_THREADS 256 /* eight warps */
 #define SSM_TC_ROWS 32     /* value rows of a scan block */
 #define SSM_TC_SUB 16      /* a WMMA tile's side; sub-chunks of the decay scaling */
+#define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
 
 /* A record's parts, in floats from its start; every part row-major and
  * 16-float aligned. */
@@ -77,12 +79,12 @@ __host__ __device__ inline int32_t tc_pad(int32_t n) { return n + 4; }
 
 /* k, q (KDA; GDN's q sits in the scratch), G, beta, A, T (QK before it)
  * and a scratch: GDN's q, then the block sums of T, beta e^G K, beta V;
- * KDA's scaled operands of a row block (2 x 16 left and up to 48 right
+ * KDA's scaled operands of a row block (2 x 16 left and up to 64 right
  * rows) first. GDN's fits two blocks on an SM at K = 128. */
 __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
-    size_t scratch = (gk == 1 ? C : C + 16) * LK, values = C * tc_pad(V), sums = C * LC;
+    size_t scratch = (gk == 1 ? C : C + 32) * LK, values = C * tc_pad(V), sums = C * LC;
     scratch = scratch > values ? scratch : values;
     scratch = scratch > sums ? scratch : sums;
     return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + 2 * C * LC + scratch;
@@ -279,32 +281,25 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             wmma::store_matrix_sync(dst + I * B * LC + m * B, f, LC, wmma::mem_row_major);
         }
     } else {
-        /* diagonal blocks, pair by pair: a warp per (t, i), lanes over channels */
-        for (int32_t p = warp; p < 4 * B * B; p += 8) {
-            int32_t blk = p / (B * B), t = blk * B + (p % (B * B)) / B, i = blk * B + p % B;
-            if (i > t)
-                continue;
-            float kk = 0.0f, kq = 0.0f;
-            for (int32_t x = lane; x < K; x += 32) {
-                float d = ssm_expf(G[t * gk + x] - G[i * gk + x]);
-                kk += d * kc[i * LK + x] * kc[t * LK + x];
-                kq += d * kc[i * LK + x] * qc[t * LK + x];
-            }
-            kk = warp_sum(kk);
-            kq = warp_sum(kq);
-            if (lane == 0) {
-                A[t * LC + i] = kk;
-                QK[t * LC + i] = kq;
-            }
-        }
-        /* blocks below it, row block by row block around its reference token */
-        for (int32_t I = 1; I < C / B; I++) {
-            const int32_t ref = I * B - 1, right = I * B;
+        /* Row block by row block (16 tokens t), around the token r before it
+           (the chunk's start for the first): k_t e^{G_t - G_r} and
+           q_t e^{G_t - G_r} against k_i e^{G_r - G_i} for every earlier i,
+           all factors at most 1. The block's own i take factors above 1, up
+           to e^{G_r - G_end}: kept when no channel decays by more than
+           SSM_TC_SPAN within the block, else the diagonal block is summed
+           pair by pair with e^{G_t - G_i} (any gate). */
+        for (int32_t I = 0; I < C / B; I++) {
+            const int32_t ref = I * B - 1, end = I * B + B - 1;
             float *lk = scratch, *lq = lk + B * LK, *rk = lq + B * LK;
-            __syncthreads(); /* the previous row block's products are done with scratch */
+            int wide = 0;
+            for (int32_t x = tid; x < K; x += SSM_TC_THREADS)
+                wide |= (ref < 0 ? 0.0f : G[ref * gk + x]) - G[end * gk + x] > SSM_TC_SPAN;
+            /* also: the previous row block's products are done with scratch */
+            wide = __syncthreads_or(wide);
+            const int32_t right = (wide ? I : I + 1) * B;
             for (int32_t e = tid; e < (2 * B + right) * K; e += SSM_TC_THREADS) {
                 int32_t row = e / K, x = e % K;
-                float gr = G[ref * gk + x];
+                float gr = ref < 0 ? 0.0f : G[ref * gk + x];
                 if (row < 2 * B) {
                     int32_t t = I * B + row % B;
                     const float *src = row < B ? kc : qc;
@@ -315,13 +310,31 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                 }
             }
             __syncthreads();
-            for (int32_t p = warp; p < 2 * I; p += 8) {
-                int32_t m = p % I;
+            const int32_t tiles = right / B;
+            for (int32_t p = warp; p < 2 * tiles; p += 8) {
+                int32_t m = p % tiles;
                 tc::acc f;
                 wmma::fill_fragment(f, 0.0f);
-                tc::product_nt<split>(f, p < I ? lk : lq, LK, rk + m * B * LK, LK, K);
-                wmma::store_matrix_sync((p < I ? A : QK) + I * B * LC + m * B, f, LC,
+                tc::product_nt<split>(f, p < tiles ? lk : lq, LK, rk + m * B * LK, LK, K);
+                wmma::store_matrix_sync((p < tiles ? A : QK) + I * B * LC + m * B, f, LC,
                                         wmma::mem_row_major);
+            }
+            for (int32_t p = warp; wide && p < B * B; p += 8) {
+                int32_t t = I * B + p / B, i = I * B + p % B;
+                if (i > t)
+                    continue; /* the whole warp */
+                float kk = 0.0f, kq = 0.0f;
+                for (int32_t x = lane; x < K; x += 32) {
+                    float d = ssm_expf(G[t * gk + x] - G[i * gk + x]);
+                    kk += d * kc[i * LK + x] * kc[t * LK + x];
+                    kq += d * kc[i * LK + x] * qc[t * LK + x];
+                }
+                kk = warp_sum(kk);
+                kq = warp_sum(kq);
+                if (lane == 0) {
+                    A[t * LC + i] = kk;
+                    QK[t * LC + i] = kq;
+                }
             }
         }
     }

@@ -1,15 +1,17 @@
-/* The GPU's chunked recurrence (kernels/cuda/chunk.cuh) against the CPU's
- * (kernels/chunk.c, the same algebra in the same order where one thread
- * owns a sum) and against the token-by-token recurrence in fp64 without
- * rounding (SPEC 3.5's chunked-prefill bound, relative RMS <= 5e-3).
+/* The GPU's chunked recurrence in both forms, chunk.cuh's kernel on CUDA
+ * cores and chunk_tc.cuh's pair on tensor cores, against the CPU's
+ * (kernels/chunk.c, the same algebra) and against the token-by-token
+ * recurrence in fp64 without rounding (SPEC 3.5's chunked-prefill bound,
+ * relative RMS <= 5e-3).
  *
  * Each case runs a batch of three rows through one layer's heads: one of the
  * case's length, one of about half of it (a variable-length batch) and one
  * padding row (0 tokens), from a nonzero state; GDN and KDA gates, fp32 and
  * bf16 state, key dims 32, 64 and 128, value dims that leave a partial tile,
- * two value heads per key head. It then runs the same batch in two calls
- * split at token 64 and asks for the same bits (the same chunks computed).
- * The padding row's state and outputs must stay as they were.
+ * two value heads per key head, and KDA gates steep enough that chunk_tc.cuh
+ * sums its diagonal blocks pair by pair. It then runs the same batch in two
+ * calls split at token 64 and asks for the same bits (the same chunks
+ * computed). The padding row's state and outputs must stay as they were.
  *
  * Prints TAP. Exit status: 0 all passed, 1 a failure, 77 no CUDA device. */
 #include <cuda_runtime.h>
@@ -35,6 +37,7 @@ struct Case {
     int64_t n;
     bool kda, bf16_state;
     int32_t H, HV, K, V;
+    bool steep; /* KDA: even channels decay by 6 or more per token */
 };
 
 struct Batch {
@@ -84,7 +87,9 @@ Batch make_batch(const Case &c, std::mt19937_64 &rng)
         for (int64_t e = 0; e < b.g_token(); e++) {
             float x = (float)normal(rng);
             b.g[t * b.g_token() + e] =
-                c.kda ? ssm_kda_gate(0.0f, x, 0.0f, 1, -5.0f) : ssm_gdn_gate(-1.0f, x, -2.0f);
+                c.steep && e % 2 == 0 ? -6.0f - std::fabs(x)
+                : c.kda               ? ssm_kda_gate(0.0f, x, 0.0f, 1, -5.0f)
+                                      : ssm_gdn_gate(-1.0f, x, -2.0f);
         }
         for (int32_t h = 0; h < c.HV; h++)
             b.beta[t * c.HV + h] = ssm_sigmoid((float)normal(rng));
@@ -374,11 +379,15 @@ int main()
     for (int64_t n : lengths)
         for (int kda = 0; kda < 2; kda++)
             for (int bf16 = 0; bf16 < 2; bf16++, i++) {
-                Case c = {n, kda != 0, bf16 != 0, 2, 4, keys[i % 3], 80};
+                Case c = {n, kda != 0, bf16 != 0, 2, 4, keys[i % 3], 80, false};
                 if (n > 300)
-                    c = {n, kda != 0, bf16 != 0, 1, 2, 128, 128};
+                    c = {n, kda != 0, bf16 != 0, 1, 2, 128, 128, false};
                 cases.push_back(c);
             }
+    /* KDA decays past chunk_tc.cuh's SSM_TC_SPAN within 16 tokens: its
+       diagonal blocks take the pair-by-pair sums */
+    cases.push_back({300, true, false, 2, 4, 128, 80, true});
+    cases.push_back({65, true, true, 2, 4, 64, 80, true});
     std::printf("1..%zu\n", 2 * cases.size());
     std::mt19937_64 rng(0x5eed0c4u);
     int failed = 0, number = 0;
@@ -406,10 +415,11 @@ int main()
             std::printf("%s %d - %s, %s %s state, n %lld, K %d, V %d: vs CPU chunked out %.2e "
                         "state %.2e (<= %.0e), vs fp64 out %.2e state %.2e (<= 5e-3), split at "
                         "64 %s\n",
-                        pass ? "ok" : "not ok", number, tensor_cores ? "tensor cores" : "CUDA cores",
-                        c.kda ? "KDA" : "GDN", c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K,
-                        c.V, o_cpu, s_cpu, cpu_limit, o_64, s_64,
-                        split_same ? "bit-identical" : "DIFFERS");
+                        pass ? "ok" : "not ok", number,
+                        tensor_cores ? "tensor cores" : "CUDA cores",
+                        c.steep ? "KDA steep" : c.kda ? "KDA" : "GDN",
+                        c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K, c.V, o_cpu, s_cpu,
+                        cpu_limit, o_64, s_64, split_same ? "bit-identical" : "DIFFERS");
         }
     }
     return failed ? 1 : 0;
