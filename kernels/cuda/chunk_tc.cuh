@@ -42,7 +42,7 @@
 namespace ssm {
 
 #define SSM_TC_THREADS 256 /* eight warps */
-#define SSM_TC_ROWS 32     /* value rows of a scan block */
+#define SSM_TC_ROWS 32     /* value rows of a scan block: 4 x 2 tiles of U and o, 8 warps */
 #define SSM_TC_SUB 16      /* a WMMA tile's side; sub-chunks of the decay scaling */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
 
@@ -466,85 +466,90 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     Act *out = (Act *)a.out;
     const int32_t live_rows = V - e0 < R ? V - e0 : R;
 
-    /* The record parts of chunk j, in three groups in the order they are
-     * used: W and Uv, then Qg and QK, then Kd and the decay. */
+    /* The record parts of chunk j in two groups, in the order they are
+     * used: W, Uv and Qg (the products with the state), then QK, Kd and
+     * the decay. */
     auto stage = [&](int32_t j, int32_t part) {
         if (j < row_chunks) {
             const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
-            if (part == 0) {
+            float *first = part == 0 ? W : Kd, *second = part == 0 ? Qg : QK;
 #pragma unroll
-                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
-                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                    copy_chunk_async(W + t * LK + x, rec + L.W + t * K + x, true);
-                }
+            for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
+                int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+                copy_chunk_async(first + t * LK + x, rec + (part == 0 ? L.W : L.Kd) + t * K + x,
+                                 true);
+                if (part == 0)
+                    copy_chunk_async(second + t * LK + x, rec + L.Qg + t * K + x, true);
+            }
+            if (part == 0) {
                 for (int32_t e = tid; e < C * R / 4; e += SSM_TC_THREADS) {
                     int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
                     bool live = x < live_rows;
                     copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0),
                                      live);
                 }
-            } else if (part == 1) {
-#pragma unroll
-                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
-                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                    copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
-                }
+            } else {
                 for (int32_t e = tid; e < C * C / 4; e += SSM_TC_THREADS) {
                     int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
-                    copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
-                }
-            } else {
-#pragma unroll
-                for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
-                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                    copy_chunk_async(Kd + t * LK + x, rec + L.Kd + t * K + x, true);
+                    copy_chunk_async(second + t * LC + x, rec + L.QK + t * C + x, true);
                 }
                 for (int32_t e = tid; e < K / 4; e += SSM_TC_THREADS)
                     copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
             }
         }
-        copy_async_commit(); /* possibly empty: three groups per chunk */
+        copy_async_commit(); /* possibly empty: two groups per chunk */
     };
-    for (int32_t part = 0; part < 3; part++)
-        stage(0, part);
+    stage(0, 0);
+    stage(0, 1);
     for (int32_t e = tid; e < R * K; e += SSM_TC_THREADS) {
         int32_t v = e / K, x = e % K;
         S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
     }
-    /* The scan's tiles: U and o are C x R (8 tiles, one per warp), S is R x K. */
-    const int32_t I = warp / (R / B), J = warp % (R / B);
+    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and the state's two
+     * row tiles (R = 32 rows) of column block n (of K / 16) for n = warp. */
+    const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
-        copy_async_wait<2>();
-        __syncthreads(); /* W and Uv of chunk j, and the state of chunk j - 1 */
+        copy_async_wait<1>();
+        __syncthreads(); /* W, Uv, Qg of chunk j; the state after chunk j - 1 */
+        /* U = Uv - W S^T and o = (e^G q) S^T, one pass over S^T's fragments */
+        tc::acc pu, po;
+        wmma::fill_fragment(pu, 0.0f);
+        wmma::fill_fragment(po, 0.0f);
         {
-            tc::acc w, u;
-            wmma::fill_fragment(w, 0.0f);
-            tc::product_nt<split>(w, W + I * B * LK, LK, S + J * B * LK, LK, K);
+            tc::b_col s, s_lo;
+            tc::a_row w, w_lo, q, q_lo;
+            for (int32_t d = 0; d < K; d += 8) {
+                tc::load_tf32<split>(s, s_lo, S + J * B * LK + d, LK);
+                tc::load_tf32<split>(w, w_lo, W + I * B * LK + d, LK);
+                tc::load_tf32<split>(q, q_lo, Qg + I * B * LK + d, LK);
+                if (split) {
+                    wmma::mma_sync(pu, w_lo, s, pu);
+                    wmma::mma_sync(pu, w, s_lo, pu);
+                    wmma::mma_sync(po, q_lo, s, po);
+                    wmma::mma_sync(po, q, s_lo, po);
+                }
+                wmma::mma_sync(pu, w, s, pu);
+                wmma::mma_sync(po, q, s, po);
+            }
+            tc::acc u;
             wmma::load_matrix_sync(u, Uv + I * B * LR + J * B, LR, wmma::mem_row_major);
 #pragma unroll
             for (int i = 0; i < u.num_elements; i++)
-                u.x[i] -= w.x[i];
+                u.x[i] -= pu.x[i];
             wmma::store_matrix_sync(U + I * B * LR + J * B, u, LR, wmma::mem_row_major);
         }
-        __syncthreads(); /* U is whole; W and Uv are free */
+        copy_async_wait<0>();
+        __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
-        copy_async_wait<2>();
-        __syncthreads(); /* Qg and QK of chunk j */
-        {
-            tc::acc o;
-            wmma::fill_fragment(o, 0.0f);
-            tc::product_nt<split>(o, Qg + I * B * LK, LK, S + J * B * LK, LK, K);
-            tc::product_nn<split>(o, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
-            wmma::store_matrix_sync(O + I * B * LR + J * B, o, LR, wmma::mem_row_major);
-        }
-        __syncthreads(); /* S is read; o is whole */
-        stage(j + 1, 1);
-        copy_async_wait<2>();
-        if (out) { /* four value rows per thread */
-            for (int32_t e = tid; e < c * R / 4; e += SSM_TC_THREADS) {
-                int32_t t = e / (R / 4), v = 4 * (e % (R / 4));
-                if (v >= live_rows)
+        /* o += QK U, this warp's tile out through its own place in O */
+        tc::product_nn<split>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+        wmma::store_matrix_sync(O + I * B * LR + J * B, po, LR, wmma::mem_row_major);
+        __syncwarp();
+        if (out) {
+            for (int32_t e = lane; e < B * B / 4; e += 32) {
+                int32_t t = I * B + e / (B / 4), v = J * B + 4 * (e % (B / 4));
+                if (t >= c || v >= live_rows)
                     continue;
                 int64_t token = a.token_offsets
                                     ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
@@ -552,28 +557,43 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                 store4(out + token * a.out_token + (int64_t)h * V + e0 + v, O + t * LR + v);
             }
         }
-        __syncthreads(); /* Kd and the decay of chunk j */
+        /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
+           (nothing else reads them until the next barrier) */
+        for (int32_t n16 = warp; n16 < K / B; n16 += SSM_TC_THREADS / 32) {
+            float *col = S + n16 * B;
+            for (int32_t e = lane; e < R * B; e += 32) {
+                int32_t v = e / B, x = e % B;
+                col[v * LK + x] *= decay[a.gk == 1 ? 0 : n16 * B + x];
+            }
+            __syncwarp();
+            tc::acc s0, s1;
+            wmma::load_matrix_sync(s0, col, LK, wmma::mem_row_major);
+            wmma::load_matrix_sync(s1, col + B * LK, LK, wmma::mem_row_major);
+            tc::a_col u0, u0_lo, u1, u1_lo;
+            tc::b_row k, k_lo;
+            for (int32_t d = 0; d < C; d += 8) {
+                tc::load_tf32<split>(k, k_lo, Kd + d * LK + n16 * B, LK);
+                tc::load_tf32<split>(u0, u0_lo, U + d * LR, LR);
+                tc::load_tf32<split>(u1, u1_lo, U + d * LR + B, LR);
+                if (split) {
+                    wmma::mma_sync(s0, u0_lo, k, s0);
+                    wmma::mma_sync(s0, u0, k_lo, s0);
+                    wmma::mma_sync(s1, u1_lo, k, s1);
+                    wmma::mma_sync(s1, u1, k_lo, s1);
+                }
+                wmma::mma_sync(s0, u0, k, s0);
+                wmma::mma_sync(s1, u1, k, s1);
+            }
 #pragma unroll
-        for (int32_t e = tid; e < R * K / 4; e += SSM_TC_THREADS) {
-            int32_t v = e / (K / 4), x = 4 * (e % (K / 4));
-            float4 s = *(float4 *)(S + v * LK + x), d = *(const float4 *)(decay + x);
-            if (a.gk == 1)
-                d.x = d.y = d.z = d.w = decay[0];
-            *(float4 *)(S + v * LK + x) = make_float4(s.x * d.x, s.y * d.y, s.z * d.z, s.w * d.w);
+            for (int i = 0; i < s0.num_elements; i++) {
+                s0.x[i] = round_to((const State *)0, s0.x[i]);
+                s1.x[i] = round_to((const State *)0, s1.x[i]);
+            }
+            wmma::store_matrix_sync(col, s0, LK, wmma::mem_row_major);
+            wmma::store_matrix_sync(col + B * LK, s1, LK, wmma::mem_row_major);
         }
-        __syncthreads();
-        for (int32_t p = warp; p < (R / B) * (K / B); p += 8) {
-            int32_t Iv = p / (K / B), n16 = p % (K / B);
-            tc::acc s;
-            wmma::load_matrix_sync(s, S + Iv * B * LK + n16 * B, LK, wmma::mem_row_major);
-            tc::product_tn<split>(s, U + Iv * B, LR, Kd + n16 * B, LK, C);
-#pragma unroll
-            for (int i = 0; i < s.num_elements; i++)
-                s.x[i] = round_to((const State *)0, s.x[i]);
-            wmma::store_matrix_sync(S + Iv * B * LK + n16 * B, s, LK, wmma::mem_row_major);
-        }
-        __syncthreads(); /* Kd is free */
-        stage(j + 1, 2);
+        __syncthreads(); /* QK, Kd and U are free */
+        stage(j + 1, 1);
     }
     copy_async_wait<0>();
     for (int32_t e = tid; e < live_rows * K; e += SSM_TC_THREADS) {
