@@ -1,12 +1,16 @@
 #include <string.h>
 
+#include "kernels/chunk.h"
 #include "kernels/cpu_steps.h"
 #include "kernels/layout.h"
 
 int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m)
 {
-    /* ssm_ref_sequence needs conv + token + head, the same split as below. */
-    return ssm_ref_sequence_scratch_floats(m);
+    /* ssm_ref_sequence needs conv + token + head, the same split as below;
+     * a prefill runs ssm_chunk_sequence. */
+    int64_t sequential = ssm_ref_sequence_scratch_floats(m);
+    int64_t chunked = ssm_chunk_sequence_scratch_floats(m);
+    return sequential > chunked ? sequential : chunked;
 }
 
 void ssm_cpu_flag_nonfinite(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
@@ -27,9 +31,14 @@ void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *s
             continue;
         ssm_step_io io = ssm_io_at(&p->model, p->activation_dtype, &step->io, first);
         ssm_cpu_flag_nonfinite(p, services, slot, &io, count);
-        ssm_ref_sequence(&p->model, p->state_dtype, p->activation_dtype, step->weights,
-                         target->conv_buffer(target->mode, slot, step->layer),
-                         target->state(target->mode, slot, step->layer), &io, count, scratch);
+        /* A prefill runs the chunked form, as the GPU does (docs/prefill.md);
+         * a decode the token-by-token update every mode's steps share. */
+        void (*run)(const ssm_model_dims *, ssm_dtype, ssm_dtype, const ssm_layer_weights *, void *,
+                    void *, const ssm_step_io *, int64_t, float *) =
+            step->token_offsets ? ssm_chunk_sequence : ssm_ref_sequence;
+        run(&p->model, p->state_dtype, p->activation_dtype, step->weights,
+            target->conv_buffer(target->mode, slot, step->layer),
+            target->state(target->mode, slot, step->layer), &io, count, scratch);
     }
 }
 

@@ -19,8 +19,9 @@ typedef struct ssm_cpu_target {
 /* Floats of scratch the drivers and ssm_cpu_token_scratch need. */
 int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m);
 
-/* Runs every live row of a prefill (token_offsets set) or a decode (one token
- * per row) in row order, raising SSM_FLAG_NONFINITE_INPUT for rows whose
+/* Runs every live row of a prefill (token_offsets set: the chunked form,
+ * ssm_chunk_sequence) or a decode (one token per row: ssm_ref_sequence) in
+ * row order, raising SSM_FLAG_NONFINITE_INPUT for rows whose
  * inputs are not finite (the row is still computed). */
 void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
                            const ssm_step_v1 *step, const ssm_cpu_target *target, float *scratch);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/chunk.h"
 #include "kernels/reference.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"
@@ -59,19 +60,21 @@ static ssm_step_io io_at(const ssm_config *c, const ssm_step_io *io, int64_t fir
 }
 
 /* Runs n tokens of io (from token `first`) through the shadow's layer l and
- * checks the outputs equal `got` (the library's, same token offsets). */
+ * checks the outputs equal `got` (the library's, same token offsets): a
+ * prefill's through the chunked form, every other step's token by token. */
 static void shadow_run(const ssm_config *c, shadow *s, int32_t l, const ssm_layer_weights *w,
-                       const ssm_step_io *io, int64_t first, int64_t n)
+                       const ssm_step_io *io, int64_t first, int64_t n, int prefill)
 {
     const ssm_model_dims *m = &c->model;
     size_t out_bytes = (size_t)n * m->value_heads * m->value_dim * ssm_dtype_size(c->activation_dtype);
-    float *scratch = malloc(sizeof(float) * ssm_ref_sequence_scratch_floats(m));
+    float *scratch = malloc(sizeof(float) * (size_t)(prefill ? ssm_chunk_sequence_scratch_floats(m)
+                                                               : ssm_ref_sequence_scratch_floats(m)));
     void *expected = malloc(out_bytes + 1);
     ssm_step_io in = io_at(c, io, first);
     const void *got = in.out;
     in.out = expected;
-    ssm_ref_sequence(m, c->state_dtype, c->activation_dtype, w, s->window[l], s->state[l], &in, n,
-                     scratch);
+    (prefill ? ssm_chunk_sequence : ssm_ref_sequence)(m, c->state_dtype, c->activation_dtype, w,
+                                                      s->window[l], s->state[l], &in, n, scratch);
     ck_assert_msg(memcmp(expected, got, out_bytes) == 0,
                   "layer %d: outputs of %lld tokens from %lld differ from the reference", l,
                   (long long)n, (long long)first);
@@ -144,8 +147,8 @@ START_TEST(test_prefill_then_decode)
             ck_assert_msg(ssm_prefill(f.ctx, l, &batch, &f.weights[l].w, &io.io, NULL) == SSM_OK,
                           "%s", ssm_last_error());
             if (la > 0)
-                shadow_run(&f.config, &sa, l, &f.weights[l].w, &io.io, 0, la);
-            shadow_run(&f.config, &sb, l, &f.weights[l].w, &io.io, la + 3, lb);
+                shadow_run(&f.config, &sa, l, &f.weights[l].w, &io.io, 0, la, 1);
+            shadow_run(&f.config, &sb, l, &f.weights[l].w, &io.io, la + 3, lb, 1);
             test_io_free(&io);
         }
     }
@@ -157,8 +160,8 @@ START_TEST(test_prefill_then_decode)
             test_io_make(&f.rng, &f.config.model, f.config.activation_dtype, 2, &io);
             ck_assert_msg(ssm_decode(f.ctx, l, &batch, &f.weights[l].w, &io.io, NULL) == SSM_OK,
                           "%s", ssm_last_error());
-            shadow_run(&f.config, &sb, l, &f.weights[l].w, &io.io, 0, 1);
-            shadow_run(&f.config, &sa, l, &f.weights[l].w, &io.io, 1, 1);
+            shadow_run(&f.config, &sb, l, &f.weights[l].w, &io.io, 0, 1, 0);
+            shadow_run(&f.config, &sa, l, &f.weights[l].w, &io.io, 1, 1, 0);
             test_io_free(&io);
         }
     }
@@ -205,9 +208,9 @@ static void run_rounds(fixture *f, int rounds, int32_t forced_accept)
             int32_t row = i == 0 ? 0 : 2;
             shadow_copy(&trial, &sh[i]);
             for (int32_t l = 0; l < layers; l++) {
-                shadow_run(&f->config, &trial, l, &f->weights[l].w, &io[l].io, (int64_t)row * T, T);
+                shadow_run(&f->config, &trial, l, &f->weights[l].w, &io[l].io, (int64_t)row * T, T, 0);
                 shadow_run(&f->config, &sh[i], l, &f->weights[l].w, &io[l].io, (int64_t)row * T,
-                           accepted[row]);
+                           accepted[row], 0);
             }
             assert_slot_matches(f->ctx, slots[row], &sh[i]);
         }
@@ -264,7 +267,7 @@ START_TEST(test_mixed_decode_and_short_verify)
                                 : ssm_verify(f.ctx, l, &batch, &f.weights[l].w, &io.io, &ticket, NULL);
             ck_assert_msg(st == SSM_OK, "%s", ssm_last_error());
             shadow_run(&f.config, &s, l, &f.weights[l].w, &io.io, 0,
-                       round % 3 == 2 ? 1 : accepted);
+                       round % 3 == 2 ? 1 : accepted, 0);
             test_io_free(&io);
         }
         if (round % 3 != 2)

@@ -296,7 +296,7 @@ static void check_rows(session *s, const batch_rows *b, int32_t layer, session_s
         ssm_step_io row_io = shadow_io_at(m, s->act, &io, b->offsets[r]);
         record_output(s, what[kind], row->req, layer,
                       shadow_step(s->shadow, row->req->lane, layer, &s->weights.layer[layer],
-                                  &row_io, row->tokens, row->keep));
+                                  &row_io, row->tokens, row->keep, kind == SESSION_PREFILL));
         if (s->observer && s->observer->output) {
             const session_block block = {row->req->id, layer,     kind,      row->tokens,
                                          row->keep,    b->count, row_io.out};

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/chunk.h"
 #include "kernels/reference.h"
 #include "shadow.h"
 
@@ -13,7 +14,7 @@ struct shadow {
     unsigned char *windows, *states;   /* [lanes][layers][...] */
     unsigned char *tail_window, *tail_state; /* scratch for rejected tokens */
     void *ref_out;                     /* [max_tokens][HV][V] activation dtype */
-    float *scratch;                    /* ssm_ref_sequence scratch */
+    float *scratch;                    /* ssm_ref_sequence's or ssm_chunk_sequence's scratch */
     bound output_bound, state_bound;   /* SPEC 3.5, "any mode, CPU vs CUDA" */
 };
 
@@ -36,7 +37,9 @@ int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
     s->tail_state = malloc((size_t)s->state_bytes);
     s->ref_out = malloc((size_t)(max_tokens * m->value_heads * m->value_dim) *
                         ssm_dtype_size(act));
-    s->scratch = malloc((size_t)ssm_ref_sequence_scratch_floats(m) * sizeof(float));
+    int64_t sequential = ssm_ref_sequence_scratch_floats(m),
+            chunked = ssm_chunk_sequence_scratch_floats(m);
+    s->scratch = malloc((size_t)(sequential > chunked ? sequential : chunked) * sizeof(float));
     if (!s->windows || !s->states || !s->tail_window || !s->tail_state || !s->ref_out ||
         !s->scratch) {
         shadow_destroy(s);
@@ -91,7 +94,7 @@ ssm_step_io shadow_io_at(const ssm_model_dims *m, ssm_dtype act, const ssm_step_
 }
 
 bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
-                          const ssm_step_io *io, int64_t n, int64_t keep)
+                          const ssm_step_io *io, int64_t n, int64_t keep, int prefill)
 {
     const ssm_model_dims *m = &s->model;
     unsigned char *window = lane_window(s, lane, layer), *state = lane_state(s, lane, layer);
@@ -99,7 +102,8 @@ bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer
 
     /* The kept tokens advance the shadow itself; the rest run on a copy, as a
      * verify's rejected tail never reaches the committed state. */
-    ssm_ref_sequence(m, s->state_dtype, s->act, w, window, state, &ref, keep, s->scratch);
+    (prefill ? ssm_chunk_sequence : ssm_ref_sequence)(m, s->state_dtype, s->act, w, window, state,
+                                                      &ref, keep, s->scratch);
     if (n > keep) {
         ssm_step_io tail = shadow_io_at(m, s->act, &ref, keep);
         memcpy(s->tail_window, window, (size_t)s->window_bytes);

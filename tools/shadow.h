@@ -25,9 +25,11 @@ void shadow_reset(shadow *s, int32_t lane);
 /* Runs the n tokens of one row (inputs at offsets 0..n-1 of io) from the
  * lane's state in `layer`, compares the reference outputs with the library's
  * (io->out, [n][HV][V]), and advances the lane's state by the first `keep`
- * tokens only (a verify whose first `keep` tokens are accepted). */
+ * tokens only (a verify whose first `keep` tokens are accepted). A prefill
+ * runs the chunked form every mode's prefill runs (kernels/chunk.h), other
+ * steps token by token. */
 bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
-                          const ssm_step_io *io, int64_t n, int64_t keep);
+                          const ssm_step_io *io, int64_t n, int64_t keep, int prefill);
 
 /* Compares a slot's exported canonical form for `layer` (window [W-1][D] in
  * the activation dtype, state [HV][V][K] in the state dtype) with the lane's

@@ -87,14 +87,15 @@ void session_close(session *s);
  * ref_reset makes a slot's reference fresh; ref_check_row runs n tokens of
  * one row (inputs at io, the library's outputs at io->out) from the slot's
  * reference state in layer l, keeps the first `keep`, and checks the
- * outputs; ref_check_export checks an export; ref_check_totals holds the
+ * outputs (a prefill's through the chunked form every mode's prefill runs,
+ * others token by token); ref_check_export checks an export; ref_check_totals holds the
  * outputs so far to the whole-output bound once there are enough of them, or
  * always when `final`. */
 void ref_open(session *s);
 void ref_close(session *s);
 void ref_reset(session *s, int32_t slot);
 void ref_check_row(session *s, const ssm_step_io *io, int32_t l, int32_t row, int32_t slot,
-                   int64_t n, int64_t keep);
+                   int64_t n, int64_t keep, int prefill);
 void ref_check_export(session *s, int32_t slot, const test_snapshot *snap);
 void ref_check_totals(session *s, int final);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/chunk.h"
 #include "kernels/reference.h"
 #include "tests/conformance/conformance.h"
 
@@ -37,7 +38,9 @@ void ref_open(session *s)
     s->tail_state = malloc(s->state_bytes);
     s->ref_out = malloc((size_t)(max_tokens * m->value_heads * m->value_dim) *
                         ssm_dtype_size(s->ad));
-    s->scratch = malloc(sizeof(float) * (size_t)ssm_ref_sequence_scratch_floats(m));
+    int64_t sequential = ssm_ref_sequence_scratch_floats(m),
+            chunked = ssm_chunk_sequence_scratch_floats(m);
+    s->scratch = malloc(sizeof(float) * (size_t)(sequential > chunked ? sequential : chunked));
     ck_assert_msg(s->windows && s->states && s->tail_window && s->tail_state && s->ref_out &&
                       s->scratch,
                   "out of memory");
@@ -65,14 +68,15 @@ void ref_reset(session *s, int32_t slot)
 }
 
 void ref_check_row(session *s, const ssm_step_io *io, int32_t l, int32_t row, int32_t slot,
-                   int64_t n, int64_t keep)
+                   int64_t n, int64_t keep, int prefill)
 {
     const ssm_model_dims *m = &s->m;
     size_t es = ssm_dtype_size(s->ad);
     int64_t out_elems = (int64_t)m->value_heads * m->value_dim;
     ssm_step_io ref = {io->x, io->gate, io->beta, s->ref_out};
-    ssm_ref_sequence(m, s->sd, s->ad, &s->w[l].w, lane_window(s, slot, l), lane_state(s, slot, l),
-                     &ref, keep, s->scratch);
+    (prefill ? ssm_chunk_sequence : ssm_ref_sequence)(m, s->sd, s->ad, &s->w[l].w,
+                                                      lane_window(s, slot, l),
+                                                      lane_state(s, slot, l), &ref, keep, s->scratch);
     if (n > keep) { /* a verify's rejected tokens run on a copy */
         ssm_step_io tail = {(const char *)io->x + keep * ssm_conv_channels(m) * (int64_t)es,
                             (const char *)io->gate + keep * ssm_gate_width(m) * (int64_t)es,

@@ -343,14 +343,14 @@ void session_assert_sentinel(session *s, const test_io *ios, int64_t t0, int64_t
 /* Checks the outputs of tokens [t0, t0 + n) of one row (slot) in layer l;
  * the reference keeps the first `keep` tokens. */
 static void check_row(session *s, const test_io *io, int32_t l, int32_t row, int32_t slot,
-                      int64_t t0, int64_t n, int64_t keep)
+                      int64_t t0, int64_t n, int64_t keep, int prefill)
 {
     size_t es = ssm_dtype_size(s->ad);
     ssm_step_io at = {(const char *)io->io.x + t0 * ssm_conv_channels(&s->m) * (int64_t)es,
                       (const char *)io->io.gate + t0 * ssm_gate_width(&s->m) * (int64_t)es,
                       (const char *)io->io.beta + t0 * s->m.value_heads * (int64_t)es,
                       (char *)io->io.out + t0 * s->m.value_heads * s->m.value_dim * (int64_t)es};
-    ref_check_row(s, &at, l, row, slot, n, keep);
+    ref_check_row(s, &at, l, row, slot, n, keep, prefill);
 }
 
 /* ------------------------------------------------------------ forwards */
@@ -402,7 +402,7 @@ void forward_commit(session *s, forward *f)
         for (int32_t r = 0; r < f->rows; r++) {
             int64_t t0 = (int64_t)r * f->T;
             if (f->slots[r] >= 0)
-                check_row(s, &f->io[l], l, r, f->slots[r], t0, f->T, f->accepted[r]);
+                check_row(s, &f->io[l], l, r, f->slots[r], t0, f->T, f->accepted[r], 0);
             else
                 session_assert_sentinel(s, f->io, t0, t0 + f->T, "verify, padding row");
         }
@@ -462,7 +462,7 @@ void op_prefill(session *s)
         for (int32_t r = 0; r < n; r++) {
             int32_t len = offsets[r + 1] - offsets[r];
             if (rows[r] >= 0)
-                check_row(s, &io[l], l, r, rows[r], offsets[r], len, len);
+                check_row(s, &io[l], l, r, rows[r], offsets[r], len, len, 1);
             else
                 session_assert_sentinel(s, io, offsets[r], offsets[r + 1], "prefill, padding row");
         }
@@ -481,7 +481,7 @@ void op_decode(session *s)
         CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL), SSM_OK);
         for (int32_t r = 0; r < n; r++)
             if (rows[r] >= 0)
-                check_row(s, &io[l], l, r, rows[r], r, 1, 1);
+                check_row(s, &io[l], l, r, rows[r], r, 1, 1, 0);
     }
     for (int32_t r = 0; r < n; r++)
         if (rows[r] < 0)
@@ -587,7 +587,7 @@ void op_nonfinite(session *s)
     for (int32_t l = 0; l < s->m.layers; l++)
         for (int32_t r = 0; r < n; r++)
             if (rows[r] >= 0 && rows[r] != bad)
-                check_row(s, &io[l], l, r, rows[r], (int64_t)r * T, T, accepted[r]);
+                check_row(s, &io[l], l, r, rows[r], (int64_t)r * T, T, accepted[r], 0);
     for (int32_t slot = 0; slot < s->cap; slot++) {
         if (!s->acquired[slot])
             continue;

@@ -13,9 +13,8 @@
  *    output per layer; bf16 state: <= 4e-3; bf16 activations over an fp32
  *    state: each element within one bf16 ulp), and every slot's export is: the
  *    conv window bit for bit (it holds copies of inputs), the matrix state
- *    within relative RMS 1e-5 (fp32 state) or 7e-3 (bf16 state: the CUDA
- *    prefill is chunked, the CPU's sequential; gpu_world.c's world_init) per
- *    slot and layer. No flag may be raised.
+ *    within relative RMS 1e-5 (fp32 state) or 4e-3 (bf16 state) per slot and
+ *    layer; both sides prefill through the chunked form. No flag may be raised.
  *    With bf16 activations these bounds need CPU and CUDA to round every
  *    conv output to bf16 alike, hence one SiLU on both (kernels/math.h's
  *    ssm_expf): with the libraries' expf, a few ulps apart, a conv output

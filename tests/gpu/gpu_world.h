@@ -68,7 +68,6 @@ typedef struct pair {
     int got, ref;
     rule outputs, prefill, states;
     spec_total total[MAX_LAYERS]; /* outputs under RULE_BOUND, over the session */
-    spec_total prefill_total[MAX_LAYERS]; /* the same for prefill steps' outputs */
 } pair;
 
 typedef struct world {
@@ -84,7 +83,6 @@ typedef struct world {
     gpu_weights dw[MAX_LAYERS];
     cudaStream_t stream;
     spec_bound bound;       /* SPEC 3.5, CPU vs CUDA, outputs (spec_bound_outputs) */
-    spec_bound prefill_bound; /* the same for a prefill's outputs (world_init says why) */
     spec_bound state_bound; /* the same for exported states: relative RMS per slot and
                                layer, <= 1e-5 (fp32 state) or <= 4e-3 (bf16 state) */
     char desc[256];
