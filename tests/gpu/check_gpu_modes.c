@@ -45,6 +45,10 @@
  *    slot outside the batch export as before); a NaN in one row's x flags
  *    that slot SSM_FLAG_NONFINITE_INPUT and no other, whose outputs still
  *    match. A reset clears the flags.
+ * 5. long prompt: as 1, two lanes prefill 4096 and 300 tokens over 2 to 5
+ *    calls (issue 5), exports compared after every call, then decodes and
+ *    verifies from there; every mode, Qwen3-Next's head shape with an fp32
+ *    state and KDA with the lower bound with a bf16 state.
  * Any non-finite output or state where a finite one is expected fails.
  *
  * A plain program for Automake's plain driver (tests/gpu/gpu_modes.gpu): one
@@ -61,6 +65,7 @@
 
 #define MAX_PREFILL 12
 #define LONG_PREFILL 150 /* past two of the chunked prefill's pieces of 64 */
+#define LONG_PROMPT 4096 /* issue 5's longest prompt (case 5) */
 #define SESSION_OPS 14
 #define GRAPH_ROUNDS 24
 
@@ -239,6 +244,39 @@ static int case_modes(const setup *su, variant v, uint64_t salt, char *desc, siz
              op_prefill(&w, 1, 1) && world_compare_exports(&w);
     for (int k = 0; k < SESSION_OPS && ok; k++)
         ok = op_random(&w);
+    ok = ok && session_end(&w);
+    snprintf(desc, len, "%s", w.desc);
+    world_close(&w);
+    return ok && !w.failed;
+}
+
+/* Case 5: long prompts continued over several calls. Two lanes prefill
+ * 4096 and 300 tokens in 2 to 5 calls each (random cuts, both lanes in every
+ * call until one is done), CPU and CUDA compared after every call; then
+ * decodes and verifies continue from the prefilled states. */
+static int case_long_prompt(const setup *su, variant v, uint64_t salt, char *desc, size_t len)
+{
+    world w;
+    int ok = world_open_modes(&w, su, v, salt, "long prompt");
+    int32_t total[2] = {LONG_PROMPT, 300}, done[2] = {0, 0};
+    int32_t calls = ok ? test_rng_int(&w.rng, 2, 5) : 0;
+    for (int32_t c = 0; c < calls && ok; c++) {
+        int32_t lanes[2], lengths[2], rows = 0;
+        for (int32_t i = 0; i < 2; i++) {
+            int32_t left = total[i] - done[i];
+            int32_t take = c == calls - 1 ? left : test_rng_int(&w.rng, 0, left);
+            if (take == 0)
+                continue;
+            lanes[rows] = i;
+            lengths[rows++] = take;
+            done[i] += take;
+        }
+        w.op = "long prefill";
+        ok = rows == 0 || (step_finish(&w, step_make(&w, STEP_PREFILL, 0, rows, lanes, lengths)) &&
+                           world_compare_exports(&w));
+    }
+    for (int k = 0; k < 4 && ok; k++)
+        ok = op_step(&w, k % 2 ? STEP_VERIFY : STEP_DECODE);
     ok = ok && session_end(&w);
     snprintf(desc, len, "%s", w.desc);
     world_close(&w);
@@ -469,6 +507,14 @@ int main(void)
                 int ok = case_modes(&su, variants[k], salt++, desc, sizeof desc);
                 report(&t, ok, desc);
             }
+    /* Long prompts: each mode on Qwen3-Next's head shape (fp32 state) and
+     * on KDA with the lower bound (bf16 state). */
+    for (int k = 0; k < VARIANTS - 1; k++) {
+        setup a = {shapes[3], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+        setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
+        report(&t, case_long_prompt(&a, variants[k], salt++, desc, sizeof desc), desc);
+        report(&t, case_long_prompt(&b, variants[k], salt++, desc, sizeof desc), desc);
+    }
     /* Bad input: each mode on the small GDN shape in fp32 and on KDA with
      * the lower bound in bf16. */
     for (int k = 0; k < VARIANTS - 1; k++) {
