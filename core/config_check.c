@@ -78,6 +78,34 @@ static ssm_status check_model(const checker *ck)
     return SSM_OK;
 }
 
+/* The tensor-parallel slice (ssm_head_slice): none, or the context's heads
+ * a whole number of key-head groups inside the model's. */
+static ssm_status check_head_slice(const checker *ck)
+{
+    const ssm_head_slice *h = &ck->config->head_slice;
+    const ssm_model_dims *m = &ck->config->model;
+    if (h->heads == 0 && h->value_heads == 0 && h->first == 0)
+        return SSM_OK;
+    if (h->heads < 1 || h->value_heads < h->heads || h->value_heads % h->heads != 0)
+        return check_fail(ck, KEY_HEADS, KEY_NONE,
+                          "head slice: the model's heads = %d and value_heads = %d are not a "
+                          "model (value_heads a multiple of heads)",
+                          (int)h->heads, (int)h->value_heads);
+    int32_t group = h->value_heads / h->heads;
+    if (m->value_heads / m->heads != group)
+        return check_fail(ck, KEY_VALUE_HEADS, KEY_HEADS,
+                          "head slice: this context's value_heads / heads = %d / %d, the "
+                          "model's group is %d value heads per key head",
+                          (int)m->value_heads, (int)m->heads, (int)group);
+    if (h->first < 0 || h->first % group != 0 || h->first + m->value_heads > h->value_heads)
+        return check_fail(ck, KEY_VALUE_HEADS, KEY_NONE,
+                          "head slice: value heads [%d, %d) are not whole key-head groups "
+                          "(of %d) within the model's %d",
+                          (int)h->first, (int)(h->first + m->value_heads), (int)group,
+                          (int)h->value_heads);
+    return SSM_OK;
+}
+
 static ssm_status check_dtype(const checker *ck, config_key key, ssm_dtype dtype,
                               const char *what)
 {
@@ -149,6 +177,8 @@ static ssm_status check_workload(const checker *ck)
 ssm_status check_config(const checker *ck)
 {
     ssm_status status = check_model(ck);
+    if (status == SSM_OK)
+        status = check_head_slice(ck);
     if (status == SSM_OK)
         status = check_state(ck);
     if (status == SSM_OK)

@@ -2,6 +2,7 @@
  * self-describing, checksummed header. docs/pages.md gives the layout byte
  * by byte; this file writes and reads it, and holds the page to the context
  * before anything is loaded. Host-memory pages of CPU contexts so far. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,22 +93,75 @@ static uint32_t library_version(void)
 
 /* ---------------------------------------------------------- the layout */
 
-static uint64_t conv_bytes(const ssm_model_dims *m, ssm_dtype act)
+/* The dims of the heads a page holds: the model's, with value heads
+ * [head_first, head_end) and the key heads they read. */
+static ssm_model_dims slice_dims(const ssm_page_info *i)
 {
-    return (uint64_t)(m->conv_width - 1) * (uint64_t)ssm_conv_channels(m) * ssm_dtype_size(act);
+    ssm_model_dims d = i->model;
+    int32_t group = i->model.value_heads / i->model.heads;
+    d.value_heads = i->head_end - i->head_first;
+    d.heads = d.value_heads / group;
+    return d;
 }
 
-static uint64_t state_bytes(const ssm_model_dims *m, ssm_dtype state, int32_t heads)
+/* One layer's conv window and state in a page's payload. */
+static uint64_t conv_bytes(const ssm_page_info *i)
 {
-    return (uint64_t)heads * m->value_dim * m->key_dim * ssm_dtype_size(state);
+    ssm_model_dims d = slice_dims(i);
+    return (uint64_t)(d.conv_width - 1) * (uint64_t)ssm_conv_channels(&d) *
+           ssm_dtype_size(i->activation_dtype);
+}
+
+static uint64_t state_bytes(const ssm_page_info *i)
+{
+    return (uint64_t)(i->head_end - i->head_first) * i->model.value_dim * i->model.key_dim *
+           ssm_dtype_size(i->state_dtype);
 }
 
 static uint64_t payload_bytes(const ssm_page_info *i)
 {
-    int32_t heads = i->head_end - i->head_first;
-    return (uint64_t)i->model.layers *
-           (conv_bytes(&i->model, i->activation_dtype) +
-            state_bytes(&i->model, i->state_dtype, heads));
+    return (uint64_t)i->model.layers * (conv_bytes(i) + state_bytes(i));
+}
+
+/* Copies the heads of `small` (a slice within `big`'s) between the two
+ * payloads: from big into small, or back when `into_big`. Per layer and
+ * window row: q and k of the slice's key heads, v of its value heads; then
+ * the slice's states. */
+static void copy_slice(const ssm_page_info *big, unsigned char *big_payload,
+                       const ssm_page_info *small, unsigned char *small_payload, int into_big)
+{
+    ssm_model_dims bd = slice_dims(big), sd = slice_dims(small);
+    const uint64_t a = ssm_dtype_size(big->activation_dtype), K = (uint64_t)bd.key_dim,
+                   V = (uint64_t)bd.value_dim;
+    const uint64_t big_row = (uint64_t)ssm_conv_channels(&bd) * a,
+                   small_row = (uint64_t)ssm_conv_channels(&sd) * a;
+    const uint64_t big_layer = conv_bytes(big) + state_bytes(big),
+                   small_layer = conv_bytes(small) + state_bytes(small);
+    const uint64_t heads = (uint64_t)(small->head_first - big->head_first);
+    const uint64_t keys = heads / (uint64_t)(bd.value_heads / bd.heads);
+    /* (offset in a big row, offset in a small row, bytes) of q, k and v */
+    const uint64_t parts[3][3] = {
+        {keys * K * a, 0, (uint64_t)sd.heads * K * a},
+        {((uint64_t)bd.heads + keys) * K * a, (uint64_t)sd.heads * K * a,
+         (uint64_t)sd.heads * K * a},
+        {(2 * (uint64_t)bd.heads * K + heads * V) * a, 2 * (uint64_t)sd.heads * K * a,
+         (uint64_t)sd.value_heads * V * a},
+    };
+    for (int32_t l = 0; l < bd.layers; l++) {
+        unsigned char *b = big_payload + (uint64_t)l * big_layer;
+        unsigned char *s = small_payload + (uint64_t)l * small_layer;
+        for (int32_t row = 0; row < bd.conv_width - 1; row++)
+            for (int p = 0; p < 3; p++) {
+                unsigned char *in_big = b + (uint64_t)row * big_row + parts[p][0];
+                unsigned char *in_small = s + (uint64_t)row * small_row + parts[p][1];
+                memcpy(into_big ? in_big : in_small, into_big ? in_small : in_big, parts[p][2]);
+            }
+        unsigned char *big_state = b + conv_bytes(big) + heads * V * K *
+                                                               ssm_dtype_size(big->state_dtype);
+        unsigned char *small_state = s + conv_bytes(small);
+        memcpy(into_big ? big_state : small_state, into_big ? small_state : big_state,
+               state_bytes(small));
+    }
 }
 
 static void info_of_context(const ssm_ctx *ctx, ssm_page_info *i)
@@ -115,11 +169,16 @@ static void info_of_context(const ssm_ctx *ctx, ssm_page_info *i)
     memset(i, 0, sizeof *i);
     i->format_version = SSM_PAGE_FORMAT_VERSION;
     i->library_version = library_version();
+    const ssm_head_slice *h = &ctx->config->head_slice;
     i->model = ctx->config->model;
     i->state_dtype = ctx->config->state_dtype;
     i->activation_dtype = ctx->config->activation_dtype;
-    i->head_first = 0;
-    i->head_end = ctx->config->model.value_heads;
+    i->head_first = h->value_heads ? h->first : 0;
+    i->head_end = i->head_first + ctx->config->model.value_heads;
+    if (h->value_heads) { /* a tensor-parallel rank: the header names the whole model */
+        i->model.heads = h->heads;
+        i->model.value_heads = h->value_heads;
+    }
     i->payload_bytes = payload_bytes(i);
     i->page_bytes = PAGE_HEADER_BYTES + i->payload_bytes;
 }
@@ -216,7 +275,9 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
                   (i.state_dtype == SSM_DTYPE_F32 || i.state_dtype == SSM_DTYPE_BF16) &&
                   (i.activation_dtype == SSM_DTYPE_F32 || i.activation_dtype == SSM_DTYPE_BF16) &&
                   i.head_first >= 0 && i.head_first < i.head_end &&
-                  i.head_end <= i.model.value_heads;
+                  i.head_end <= i.model.value_heads &&
+                  i.head_first % (m->value_heads / m->heads) == 0 &&
+                  i.head_end % (m->value_heads / m->heads) == 0;
     if (!dims_ok || i.payload_bytes != payload_bytes(&i))
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "page header describes no valid page (dims, dtypes, head slice or "
@@ -252,9 +313,12 @@ static ssm_status page_matches(const ssm_ctx *ctx, const ssm_page_info *page)
     SSM_PAGE_FIELD("has_lower_bound", a->has_lower_bound, b->has_lower_bound)
     SSM_PAGE_FIELD("state dtype", page->state_dtype, want.state_dtype)
     SSM_PAGE_FIELD("activation dtype", page->activation_dtype, want.activation_dtype)
-    SSM_PAGE_FIELD("first value head", page->head_first, want.head_first)
-    SSM_PAGE_FIELD("value head end", page->head_end, want.head_end)
 #undef SSM_PAGE_FIELD
+    if (page->head_first > want.head_first || page->head_end < want.head_end)
+        return ssm_error_set(SSM_ERR_PAGE_INVALID,
+                             "page holds value heads [%d, %d), the context [%d, %d)",
+                             (int)page->head_first, (int)page->head_end, (int)want.head_first,
+                             (int)want.head_end);
     if (a->has_lower_bound && ssm_f32_bits(a->lower_bound) != ssm_f32_bits(b->lower_bound))
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page has lower_bound %g, the context %g",
                              (double)a->lower_bound, (double)b->lower_bound);
@@ -273,8 +337,7 @@ static int payload_pointers(const ssm_page_info *i, unsigned char *payload, void
         free(*state);
         return 0;
     }
-    uint64_t c = conv_bytes(&i->model, i->activation_dtype);
-    uint64_t s = state_bytes(&i->model, i->state_dtype, i->head_end - i->head_first);
+    uint64_t c = conv_bytes(i), s = state_bytes(i);
     for (int32_t l = 0; l < layers; l++) {
         (*conv)[l] = payload + (uint64_t)l * (c + s);
         (*state)[l] = payload + (uint64_t)l * (c + s) + c;
@@ -333,21 +396,147 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
     if (!ctx || !page)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_import_page: NULL argument");
     ssm_status status = page_slot_checks(ctx, slot, "importing a page");
-    ssm_page_info i;
+    ssm_page_info i, want;
     if (status == SSM_OK)
         status = ssm_page_inspect(page, bytes, &i);
     if (status == SSM_OK)
         status = page_matches(ctx, &i);
     if (status != SSM_OK)
         return status; /* nothing was touched */
+    /* A page of more heads than the context holds: its heads, copied out. */
+    info_of_context(ctx, &want);
+    unsigned char *payload = (unsigned char *)page + PAGE_HEADER_BYTES, *taken = NULL;
+    if (i.head_first != want.head_first || i.head_end != want.head_end) {
+        taken = malloc((size_t)want.payload_bytes);
+        if (!taken)
+            return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+        copy_slice(&i, payload, &want, taken, 0);
+        payload = taken;
+        i = want;
+    }
     void **conv, **state;
-    if (!payload_pointers(&i, (unsigned char *)page + PAGE_HEADER_BYTES, &conv, &state))
+    if (!payload_pointers(&i, payload, &conv, &state)) {
+        free(taken);
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     ssm_canonical_v1 src = {sizeof src, conv, state};
     status = ctx->mode->import_slot(ctx->instance, slot, &src, NULL);
     free(conv);
     free(state);
+    free(taken);
     if (status == SSM_OK)
         ctx->slot_flags[slot] = 0; /* the page's state replaces whatever was flagged */
     return status;
+}
+
+/* ------------------------------------------------ slices and merging */
+
+/* Finishes a page whose header fields and payload are in place. */
+static void page_seal(unsigned char *out, ssm_page_info *i)
+{
+    i->library_version = library_version();
+    i->payload_bytes = payload_bytes(i);
+    i->page_bytes = PAGE_HEADER_BYTES + i->payload_bytes;
+    i->payload_crc = ssm_crc32c(out + PAGE_HEADER_BYTES, (size_t)i->payload_bytes);
+    header_write(out, i);
+}
+
+ssm_status ssm_page_slice(const void *page, size_t bytes, int32_t first, int32_t end, void *out,
+                          size_t capacity, size_t *written)
+{
+    if (!page || !out)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_slice: NULL argument");
+    ssm_page_info i;
+    ssm_status status = ssm_page_inspect(page, bytes, &i);
+    if (status != SSM_OK)
+        return status;
+    int32_t group = i.model.value_heads / i.model.heads;
+    if (first < i.head_first || end > i.head_end || first >= end || first % group != 0 ||
+        end % group != 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_slice: value heads [%d, %d) are not whole key-head groups "
+                             "(of %d) within the page's [%d, %d)",
+                             (int)first, (int)end, (int)group, (int)i.head_first,
+                             (int)i.head_end);
+    ssm_page_info o = i;
+    o.head_first = first;
+    o.head_end = end;
+    uint64_t need = PAGE_HEADER_BYTES + payload_bytes(&o);
+    if ((uint64_t)capacity < need)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_slice: the slice takes %llu bytes; the buffer has %zu",
+                             (unsigned long long)need, capacity);
+    copy_slice(&i, (unsigned char *)page + PAGE_HEADER_BYTES, &o,
+               (unsigned char *)out + PAGE_HEADER_BYTES, 0);
+    page_seal(out, &o);
+    if (written)
+        *written = (size_t)o.page_bytes;
+    return SSM_OK;
+}
+
+/* Whether two pages are of one model and dtypes (their slices aside). */
+static int same_model(const ssm_page_info *a, const ssm_page_info *b)
+{
+    const ssm_model_dims *x = &a->model, *y = &b->model;
+    return x->kind == y->kind && x->layers == y->layers && x->heads == y->heads &&
+           x->value_heads == y->value_heads && x->key_dim == y->key_dim &&
+           x->value_dim == y->value_dim && x->conv_width == y->conv_width &&
+           x->has_lower_bound == y->has_lower_bound &&
+           ssm_f32_bits(x->lower_bound) == ssm_f32_bits(y->lower_bound) &&
+           a->state_dtype == b->state_dtype && a->activation_dtype == b->activation_dtype;
+}
+
+ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t count,
+                          void *out, size_t capacity, size_t *written)
+{
+    if (!pages || !bytes || !out || count < 1 || count > SSM_MAX_HEADS)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_merge: NULL argument or count %d (1 to %d)", (int)count,
+                             SSM_MAX_HEADS);
+    ssm_page_info info[SSM_MAX_HEADS];
+    int32_t order[SSM_MAX_HEADS];
+    for (int32_t p = 0; p < count; p++) {
+        if (!pages[p])
+            return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_merge: page %d is NULL",
+                                 (int)p);
+        ssm_status status = ssm_page_inspect(pages[p], bytes[p], &info[p]);
+        if (status != SSM_OK) {
+            char why[256]; /* the message is rewritten below: copy it first */
+            snprintf(why, sizeof why, "%s", ssm_last_error());
+            return ssm_error_set(status, "page %d: %s", (int)p, why);
+        }
+        if (!same_model(&info[p], &info[0]))
+            return ssm_error_set(SSM_ERR_PAGE_INVALID,
+                                 "page %d is of another model or dtype than page 0", (int)p);
+        int32_t at = p; /* insertion by first head */
+        while (at > 0 && info[order[at - 1]].head_first > info[p].head_first) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = p;
+    }
+    for (int32_t k = 1; k < count; k++) {
+        const ssm_page_info *prev = &info[order[k - 1]], *next = &info[order[k]];
+        if (prev->head_end != next->head_first)
+            return ssm_error_set(SSM_ERR_PAGE_INVALID,
+                                 "pages %d [%d, %d) and %d [%d, %d) %s", (int)order[k - 1],
+                                 (int)prev->head_first, (int)prev->head_end, (int)order[k],
+                                 (int)next->head_first, (int)next->head_end,
+                                 prev->head_end > next->head_first ? "overlap" : "leave a gap");
+    }
+    ssm_page_info o = info[order[0]];
+    o.head_end = info[order[count - 1]].head_end;
+    uint64_t need = PAGE_HEADER_BYTES + payload_bytes(&o);
+    if ((uint64_t)capacity < need)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_merge: the merged page takes %llu bytes; the buffer has "
+                             "%zu",
+                             (unsigned long long)need, capacity);
+    for (int32_t p = 0; p < count; p++)
+        copy_slice(&o, (unsigned char *)out + PAGE_HEADER_BYTES, &info[p],
+                   (unsigned char *)pages[p] + PAGE_HEADER_BYTES, 1);
+    page_seal(out, &o);
+    if (written)
+        *written = (size_t)o.page_bytes;
+    return SSM_OK;
 }

@@ -60,6 +60,20 @@ typedef struct ssm_workload {
 
 /* A resolved configuration. Strings are owned by whoever filled the struct;
  * ssm_config_load() returns one that ssm_config_free() releases. */
+/* Tensor parallelism: the value heads a context holds of a larger model.
+ * A context of rank r holds value heads [first, first + model.value_heads)
+ * of a model of `value_heads` value heads and `heads` key heads; its own
+ * `model` dims are the rank's (model.heads = model.value_heads / group, the
+ * group value_heads / heads the same), and its tensors (x, gate, beta, out,
+ * weights) carry the rank's channels only. Pages name the slice, so a page
+ * of the whole model imports into a rank and ranks' pages merge back
+ * (docs/pages.md). All zero: the context holds the whole model. */
+typedef struct ssm_head_slice {
+    int32_t heads;       /* H of the whole model */
+    int32_t value_heads; /* HV of the whole model */
+    int32_t first;       /* the first value head held; a multiple of the group */
+} ssm_head_slice;
+
 typedef struct ssm_config {
     ssm_model_dims model;
     const char *mode;            /* "native", "compact", "replay" or a vendor mode */
@@ -77,6 +91,7 @@ typedef struct ssm_config {
     const ssm_mode_option *const *mode_options;
     ssm_workload workload;
     const char *source;          /* file name for messages, or NULL */
+    ssm_head_slice head_slice;   /* tensor parallelism; zero: the whole model */
 } ssm_config;
 
 /* Parses and validates an INI file (SPEC 7). Unknown sections or keys,
@@ -305,11 +320,32 @@ size_t ssm_page_bytes(const ssm_ctx *ctx);
 ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t capacity);
 
 /* Loads a page of `bytes` bytes into acquired `slot`, replacing its state,
- * window and the mode's scratch for it, and clearing its flags. Everything is
- * checked first (ssm_page_inspect, then the page against the context): on
- * any error the slot is as it was. Errors: those of ssm_slot_export_page,
+ * window and the mode's scratch for it, and clearing its flags. The page
+ * must hold the context's value heads (all of them, or more: a rank takes
+ * its heads from a whole page). Everything is checked first
+ * (ssm_page_inspect, then the page against the context): on any error the
+ * slot is as it was. Errors: those of ssm_slot_export_page,
  * SSM_ERR_PAGE_INVALID (naming the field or checksum that failed). */
 ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes);
+
+/* Writes to `out` (`capacity` bytes) the page of value heads [first, end)
+ * of `page`, which must hold them; first and end multiples of the model's
+ * group (value_heads / heads). The window keeps the slice's channels (q and k
+ * of its key heads, v of its value heads). *written gets the new page's
+ * size when not NULL. Errors: SSM_ERR_INVALID_ARGUMENT (NULL, a small
+ * buffer, a slice outside the page or off the group), those of
+ * ssm_page_inspect. */
+ssm_status ssm_page_slice(const void *page, size_t bytes, int32_t first, int32_t end, void *out,
+                          size_t capacity, size_t *written);
+
+/* Writes to `out` the page of the union of `count` pages of one model and
+ * dtypes whose head slices are contiguous once sorted (tensor-parallel
+ * ranks, in any order). *written as ssm_page_slice's. Errors:
+ * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_PAGE_INVALID (an invalid page, another
+ * model or dtype, slices that overlap or leave a gap; the message names the
+ * pages). */
+ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t count,
+                          void *out, size_t capacity, size_t *written);
 
 /* Reads a page's header and verifies both checksums, without a context.
  * Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_PAGE_INVALID (bad magic, another
