@@ -74,6 +74,20 @@ __host__ __device__ inline size_t chunk_shared_floats(int32_t K)
            + c;           /* beta */
 }
 
+/* G ([tokens][gk] log-decays) summed over tokens in place, from the first
+ * token: column j by thread j of the block's `threads`. */
+__device__ __forceinline__ void chunk_running_sum(float *G, int32_t tokens, int32_t gk,
+                                                  int32_t threads)
+{
+    for (int32_t j = threadIdx.x; j < gk; j += threads) {
+        float sum = 0.0f;
+        for (int32_t t = 0; t < tokens; t++) {
+            sum += G[t * gk + j];
+            G[t * gk + j] = sum;
+        }
+    }
+}
+
 /* grid (ceil(V / SSM_CHUNK_ROWS), HV, rows), SSM_CHUNK_THREADS threads,
  * chunk_shared_floats(K) floats of dynamic shared memory. */
 template <class State, class Act>
@@ -133,13 +147,7 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
             G[i] = a.g[in_row * a.g_row + (t0 + t) * a.g_token + (int64_t)h * gk + j];
         }
         __syncthreads();
-        for (int32_t j = tid; j < gk; j += threads) { /* the running sum, in place */
-            float sum = 0.0f;
-            for (int32_t t = 0; t < c; t++) {
-                sum += G[t * gk + j];
-                G[t * gk + j] = sum;
-            }
-        }
+        chunk_running_sum(G, c, gk, threads);
         __syncthreads();
         for (int32_t i = tid; i < c * R; i += threads) {
             int32_t t = i / R, e = i % R;

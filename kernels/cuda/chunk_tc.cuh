@@ -138,10 +138,20 @@ __device__ __forceinline__ void load_tf32(F &hi, F &lo, const float *p, int32_t 
     }
 }
 
-/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. With `split`
- * ("3xTF32") each step is a_lo b_hi + a_hi b_lo + a_hi b_hi: products
- * within fp32 rounding, for an fp32 state (SPEC 3.5's 1e-5 between CPU
- * and CUDA); without, TF32's 10 mantissa bits (a bf16 state). */
+/* c += a b for split operands: a_lo b_hi + a_hi b_lo + a_hi b_hi
+ * ("3xTF32", products within fp32 rounding), or a_hi b_hi alone. */
+template <bool split, class FA, class FB>
+__device__ __forceinline__ void mma(acc &c, const FA &a, const FA &a_lo, const FB &b,
+                                    const FB &b_lo)
+{
+    if (split) {
+        wmma::mma_sync(c, a_lo, b, c);
+        wmma::mma_sync(c, a, b_lo, c);
+    }
+    wmma::mma_sync(c, a, b, c);
+}
+
+/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. */
 template <bool split, class FA, class FB>
 __device__ __forceinline__ void product(acc &c, const float *a, int32_t a_step, int32_t lda,
                                         const float *b, int32_t b_step, int32_t ldb, int32_t depth)
@@ -151,11 +161,7 @@ __device__ __forceinline__ void product(acc &c, const float *a, int32_t a_step, 
     for (int32_t d = 0; d < depth; d += 8) {
         load_tf32<split>(fa, fa_lo, a + d * a_step, lda);
         load_tf32<split>(fb, fb_lo, b + d * b_step, ldb);
-        if (split) {
-            wmma::mma_sync(c, fa_lo, fb, c);
-            wmma::mma_sync(c, fa, fb_lo, c);
-        }
-        wmma::mma_sync(c, fa, fb, c);
+        mma<split>(c, fa, fa_lo, fb, fb_lo);
     }
 }
 
@@ -246,13 +252,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                      : 0.0f;
     }
     __syncthreads();
-    for (int32_t x = tid; x < gk; x += SSM_TC_THREADS) { /* the running sum, in place */
-        float sum = 0.0f;
-        for (int32_t t = 0; t < C; t++) {
-            sum += G[t * gk + x];
-            G[t * gk + x] = sum;
-        }
-    }
+    chunk_running_sum(G, C, gk, SSM_TC_THREADS);
     __syncthreads();
 
     /* The record's parts that are one pass over k and q. */
@@ -523,14 +523,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                 tc::load_tf32<split>(s, s_lo, S + J * B * LK + d, LK);
                 tc::load_tf32<split>(w, w_lo, W + I * B * LK + d, LK);
                 tc::load_tf32<split>(q, q_lo, Qg + I * B * LK + d, LK);
-                if (split) {
-                    wmma::mma_sync(pu, w_lo, s, pu);
-                    wmma::mma_sync(pu, w, s_lo, pu);
-                    wmma::mma_sync(po, q_lo, s, po);
-                    wmma::mma_sync(po, q, s_lo, po);
-                }
-                wmma::mma_sync(pu, w, s, pu);
-                wmma::mma_sync(po, q, s, po);
+                tc::mma<split>(pu, w, w_lo, s, s_lo);
+                tc::mma<split>(po, q, q_lo, s, s_lo);
             }
             tc::acc u;
             wmma::load_matrix_sync(u, Uv + I * B * LR + J * B, LR, wmma::mem_row_major);
@@ -575,14 +569,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                 tc::load_tf32<split>(k, k_lo, Kd + d * LK + n16 * B, LK);
                 tc::load_tf32<split>(u0, u0_lo, U + d * LR, LR);
                 tc::load_tf32<split>(u1, u1_lo, U + d * LR + B, LR);
-                if (split) {
-                    wmma::mma_sync(s0, u0_lo, k, s0);
-                    wmma::mma_sync(s0, u0, k_lo, s0);
-                    wmma::mma_sync(s1, u1_lo, k, s1);
-                    wmma::mma_sync(s1, u1, k_lo, s1);
-                }
-                wmma::mma_sync(s0, u0, k, s0);
-                wmma::mma_sync(s1, u1, k, s1);
+                tc::mma<split>(s0, u0, u0_lo, k, k_lo);
+                tc::mma<split>(s1, u1, u1_lo, k, k_lo);
             }
 #pragma unroll
             for (int i = 0; i < s0.num_elements; i++) {
