@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "core/config_limits.h"
 #include "core/config_private.h"
 
 /* ------------------------------------------------------------ checking */
@@ -86,23 +87,23 @@ static ssm_status check_head_slice(const checker *ck)
     const ssm_model_dims *m = &ck->config->model;
     if (h->heads == 0 && h->value_heads == 0 && h->first == 0)
         return SSM_OK;
-    if (h->heads < 1 || h->value_heads < h->heads || h->value_heads % h->heads != 0)
+    if (h->heads < 1 || h->value_heads < h->heads || h->value_heads > SSM_MAX_HEADS ||
+        h->value_heads % h->heads != 0)
         return check_fail(ck, KEY_HEADS, KEY_NONE,
                           "head slice: the model's heads = %d and value_heads = %d are not a "
-                          "model (value_heads a multiple of heads)",
-                          (int)h->heads, (int)h->value_heads);
+                          "model (value_heads a multiple of heads, at most %d)",
+                          (int)h->heads, (int)h->value_heads, SSM_MAX_HEADS);
     int32_t group = h->value_heads / h->heads;
     if (m->value_heads / m->heads != group)
         return check_fail(ck, KEY_VALUE_HEADS, KEY_HEADS,
                           "head slice: this context's value_heads / heads = %d / %d, the "
                           "model's group is %d value heads per key head",
                           (int)m->value_heads, (int)m->heads, (int)group);
-    if (h->first < 0 || h->first % group != 0 || h->first + m->value_heads > h->value_heads)
+    if (h->first < 0 || h->first % group != 0 || h->first > h->value_heads - m->value_heads)
         return check_fail(ck, KEY_VALUE_HEADS, KEY_NONE,
-                          "head slice: value heads [%d, %d) are not whole key-head groups "
+                          "head slice: %d value heads from %d are not whole key-head groups "
                           "(of %d) within the model's %d",
-                          (int)h->first, (int)(h->first + m->value_heads), (int)group,
-                          (int)h->value_heads);
+                          (int)m->value_heads, (int)h->first, (int)group, (int)h->value_heads);
     return SSM_OK;
 }
 

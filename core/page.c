@@ -431,6 +431,13 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
 
 /* ------------------------------------------------ slices and merging */
 
+/* Whether [a, a + an) and [b, b + bn) share a byte. */
+static int overlaps(const void *a, uint64_t an, const void *b, uint64_t bn)
+{
+    const unsigned char *x = a, *y = b;
+    return x < y + bn && y < x + an;
+}
+
 /* Finishes a page whose header fields and payload are in place. */
 static void page_seal(unsigned char *out, ssm_page_info *i)
 {
@@ -466,6 +473,9 @@ ssm_status ssm_page_slice(const void *page, size_t bytes, int32_t first, int32_t
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "ssm_page_slice: the slice takes %llu bytes; the buffer has %zu",
                              (unsigned long long)need, capacity);
+    if (overlaps(out, need, page, i.page_bytes))
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_slice: the output overlaps the page");
     copy_slice(&i, (unsigned char *)page + PAGE_HEADER_BYTES, &o,
                (unsigned char *)out + PAGE_HEADER_BYTES, 0);
     page_seal(out, &o);
@@ -486,15 +496,11 @@ static int same_model(const ssm_page_info *a, const ssm_page_info *b)
            a->state_dtype == b->state_dtype && a->activation_dtype == b->activation_dtype;
 }
 
-ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t count,
-                          void *out, size_t capacity, size_t *written)
+/* ssm_page_merge's work, with room for `count` infos and an order. */
+static ssm_status merge_pages(const void *const *pages, const size_t *bytes, int32_t count,
+                              void *out, size_t capacity, size_t *written, ssm_page_info *info,
+                              int32_t *order)
 {
-    if (!pages || !bytes || !out || count < 1 || count > SSM_MAX_HEADS)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
-                             "ssm_page_merge: NULL argument or count %d (1 to %d)", (int)count,
-                             SSM_MAX_HEADS);
-    ssm_page_info info[SSM_MAX_HEADS];
-    int32_t order[SSM_MAX_HEADS];
     for (int32_t p = 0; p < count; p++) {
         if (!pages[p])
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_merge: page %d is NULL",
@@ -533,10 +539,31 @@ ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t
                              "%zu",
                              (unsigned long long)need, capacity);
     for (int32_t p = 0; p < count; p++)
+        if (overlaps(out, need, pages[p], info[p].page_bytes))
+            return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                                 "ssm_page_merge: the output overlaps page %d", (int)p);
+    for (int32_t p = 0; p < count; p++)
         copy_slice(&o, (unsigned char *)out + PAGE_HEADER_BYTES, &info[p],
                    (unsigned char *)pages[p] + PAGE_HEADER_BYTES, 1);
     page_seal(out, &o);
     if (written)
         *written = (size_t)o.page_bytes;
     return SSM_OK;
+}
+
+ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t count,
+                          void *out, size_t capacity, size_t *written)
+{
+    if (!pages || !bytes || !out || count < 1 || count > SSM_MAX_HEADS)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_page_merge: NULL argument or count %d (1 to %d)", (int)count,
+                             SSM_MAX_HEADS);
+    ssm_page_info *info = malloc(sizeof *info * (size_t)count);
+    int32_t *order = malloc(sizeof *order * (size_t)count);
+    ssm_status status = info && order ? merge_pages(pages, bytes, count, out, capacity, written,
+                                                    info, order)
+                                      : ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    free(info);
+    free(order);
+    return status;
 }

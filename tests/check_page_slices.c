@@ -168,10 +168,10 @@ static test_io rank_io(world *w, const rank *r, const test_io *io, int64_t n)
     return o;
 }
 
-/* One step (prefill of n tokens, or a decode) of the whole context and of
- * every rank, on the same inputs; each rank's outputs must be the whole
- * context's heads [h0, h1) bit for bit. */
-static void step_all(world *w, int prefill, int64_t n)
+/* One step (prefill of n tokens, or a decode) of the whole context and, with
+ * `ranks`, of every rank, on the same inputs; each rank's outputs must be the
+ * whole context's heads [h0, h1) bit for bit. */
+static void step_all(world *w, int prefill, int64_t n, int ranks)
 {
     size_t es = ssm_dtype_size(w->act);
     int64_t V = w->m.value_dim, HV = w->m.value_heads;
@@ -184,7 +184,7 @@ static void step_all(world *w, int prefill, int64_t n)
         ck_assert_msg((prefill ? ssm_prefill(w->whole, l, &pb, &w->w[l].w, &io.io, NULL)
                                : ssm_decode(w->whole, l, &db, &w->w[l].w, &io.io, NULL)) == SSM_OK,
                       "%s", ssm_last_error());
-        for (int32_t i = 0; i < w->tp; i++) {
+        for (int32_t i = 0; ranks && i < w->tp; i++) {
             rank *r = &w->ranks[i];
             test_io ro = rank_io(w, r, &io, n);
             ssm_layer_weights lw = rank_weights(w, r, l);
@@ -222,7 +222,8 @@ START_TEST(ranks_follow_the_whole_model)
 {
     world w;
     open_world(&w, _i);
-    step_all(&w, 1, 5 + 60 * (_i % 2)); /* a prompt into the whole context only, first */
+    /* a prompt into the whole context only: the ranks get it from its page */
+    step_all(&w, 1, 5 + 60 * (_i % 2), 0);
     size_t whole_bytes;
     unsigned char *whole = page_of(w.whole, w.slot, &whole_bytes);
     for (int32_t i = 0; i < w.tp; i++) {
@@ -244,9 +245,9 @@ START_TEST(ranks_follow_the_whole_model)
     }
     free(whole);
     for (int k = 0; k < 3; k++)
-        step_all(&w, 0, 1);
-    step_all(&w, 1, 20);
-    step_all(&w, 0, 1);
+        step_all(&w, 0, 1, 1);
+    step_all(&w, 1, 20, 1);
+    step_all(&w, 0, 1, 1);
 
     /* The ranks' pages, merged from the last rank to the first. */
     whole = page_of(w.whole, w.slot, &whole_bytes);
@@ -341,6 +342,8 @@ START_TEST(config_refuses_bad_slices)
         {4, 4, 0},  /* the model's group is 1, the context's 2 */
         {0, 4, 0},  /* no key heads */
         {2, 4, -2}, /* negative */
+        {2, 4, 2147483646}, /* first + value_heads past INT32_MAX */
+        {2048, 4096, 0},    /* more heads than a page may hold */
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ssm_config c;
