@@ -1,8 +1,16 @@
 /* `ssmstate run CONFIG [--dump DIR] [--quiet]`: the simulated serving
  * session, its summary, and the verdict as the exit code. With --modes LIST
- * the session runs once per mode, side by side (cmd_run_modes.c). */
+ * the session runs once per mode, side by side (cmd_run_modes.c).
+ *
+ * Checkpoints: --stop-after N --save DIR stops after N forwards and saves
+ * the session (session_checkpoint.c); --load DIR resumes one, in any mode.
+ * --hashes FILE writes a line per output block (request, layer, its first
+ * token) and per finished request and layer (its exported window and
+ * state), each with a 64-bit FNV-1a hash, so two runs (one of them resumed)
+ * can be compared bit for bit. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ssmstate/ssmstate.h"
 #include "cli.h"
@@ -51,7 +59,39 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
 }
 
 static const char usage_line[] =
-    "ssmstate run CONFIG [--dump DIR | --modes native,compact,replay|all] [--quiet]";
+    "ssmstate run CONFIG [--dump DIR | --modes native,compact,replay|all] [--quiet]\n"
+    "       [--stop-after N --save DIR] [--load DIR] [--hashes FILE]";
+
+/* FNV-1a, 64 bits. */
+static unsigned long long fnv1a(const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    unsigned long long h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct hashes {
+    FILE *file;
+    size_t window_bytes, state_bytes, token_bytes;
+} hashes;
+
+static void write_output(void *user, const session_block *b)
+{
+    hashes *h = user;
+    fprintf(h->file, "output request %d layer %d token %d tokens %d keep %d %016llx\n",
+            (int)b->request, (int)b->layer, (int)b->first, (int)b->tokens, (int)b->keep,
+            fnv1a(b->out, (size_t)b->tokens * h->token_bytes));
+}
+
+static void write_final_state(void *user, int32_t request, int32_t layer, const void *window,
+                              const void *state)
+{
+    hashes *h = user;
+    fprintf(h->file, "final request %d layer %d window %016llx state %016llx\n", (int)request,
+            (int)layer, fnv1a(window, h->window_bytes), fnv1a(state, h->state_bytes));
+}
 
 int cmd_run(int argc, char **argv)
 {
@@ -59,17 +99,30 @@ int cmd_run(int argc, char **argv)
         {"dump", required_argument, NULL, 'd'},
         {"modes", required_argument, NULL, 'm'},
         {"quiet", no_argument, NULL, 'q'},
+        {"save", required_argument, NULL, 's'},
+        {"load", required_argument, NULL, 'l'},
+        {"stop-after", required_argument, NULL, 'n'},
+        {"hashes", required_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     session_options opt = {.dump_dir = NULL, .show_progress = 1, .observer = NULL};
-    const char *modes = NULL;
+    const char *modes = NULL, *hashes_path = NULL;
+    char *end = NULL;
     int o;
     while ((o = getopt_long(argc, argv, "d:m:qh", options, NULL)) != -1) {
         switch (o) {
         case 'd': opt.dump_dir = optarg; break;
         case 'm': modes = optarg; break;
         case 'q': opt.show_progress = 0; break;
+        case 's': opt.save_dir = optarg; break;
+        case 'l': opt.load_dir = optarg; break;
+        case 'f': hashes_path = optarg; break;
+        case 'n':
+            opt.stop_after = strtoll(optarg, &end, 10);
+            if (!*optarg || *end || opt.stop_after < 1)
+                return cli_fail("--stop-after %s: give a number of forwards, 1 or more", optarg);
+            break;
         case 'h': printf("usage: %s\n", usage_line); return CLI_EXIT_OK;
         default: return cli_usage(usage_line, argv[optind - 1]);
         }
@@ -78,8 +131,15 @@ int cmd_run(int argc, char **argv)
         return cli_usage(usage_line, optind < argc ? argv[optind + 1] : NULL);
     if (modes && opt.dump_dir)
         return cli_fail("--dump and --modes cannot be combined (dump one mode at a time)");
+    if (modes && (opt.save_dir || opt.load_dir || hashes_path))
+        return cli_fail("--modes runs whole sessions: no --save, --load or --hashes");
     if (modes)
         return cmd_run_modes(argv[optind], modes, opt.show_progress);
+    if (!opt.save_dir != !opt.stop_after)
+        return cli_fail("--save and --stop-after go together (stop after N forwards, then save)");
+    if (opt.dump_dir && (opt.save_dir || opt.load_dir))
+        return cli_fail("--dump covers whole sessions: it cannot be combined with --save or "
+                        "--load");
 
     ssm_ctx *ctx = NULL;
     if (ssm_ctx_create_from_file(argv[optind], &ctx) != SSM_OK)
@@ -89,11 +149,33 @@ int cmd_run(int argc, char **argv)
         ssm_ctx_destroy(ctx);
         return cli_fail_library();
     }
+    const ssm_config *c = ssm_ctx_config(ctx);
+    const size_t act = ssm_dtype_size(c->activation_dtype);
+    hashes h = {NULL, (size_t)((c->model.conv_width - 1) * ssm_conv_channels(&c->model)) * act,
+                (size_t)c->model.value_heads * c->model.value_dim * c->model.key_dim *
+                    ssm_dtype_size(c->state_dtype),
+                (size_t)c->model.value_heads * c->model.value_dim * act};
+    session_observer observer = {&h, write_output, write_final_state};
+    if (hashes_path) {
+        if (!(h.file = fopen(hashes_path, "w"))) {
+            ssm_ctx_destroy(ctx);
+            return cli_fail("cannot write %s", hashes_path);
+        }
+        opt.observer = &observer;
+    }
     session_summary summary;
     int exit_code = session_run(ctx, &opt, &summary);
+    if (h.file && fclose(h.file) != 0 && exit_code == CLI_EXIT_OK)
+        exit_code = cli_fail("cannot write %s", hashes_path);
     if (exit_code == CLI_EXIT_OK) {
         int pass = session_passed(&summary);
-        print_summary(ssm_ctx_config(ctx), &plan, ssm_ctx_plugin_path(ctx), &summary, pass);
+        print_summary(c, &plan, ssm_ctx_plugin_path(ctx), &summary, pass);
+        if (opt.load_dir)
+            printf("resumed     from %s (the checks above cover this run's forwards)\n",
+                   opt.load_dir);
+        if (opt.save_dir)
+            printf("saved       after %lld forwards to %s (resume with --load)\n",
+                   (long long)summary.forwards, opt.save_dir);
         exit_code = pass ? CLI_EXIT_OK : CLI_EXIT_CHECK_FAILED;
     }
     ssm_ctx_destroy(ctx);

@@ -244,7 +244,7 @@ static int open_sessions(const ssm_config *config, compare_baseline *baseline, m
         }
         run->observer = i == 0 ? (session_observer){run, keep_output, keep_final_state}
                                : (session_observer){run, compare_block, compare_state};
-        session_options opt = {NULL, 0, &run->observer};
+        session_options opt = {.observer = &run->observer};
         int exit_code = session_open(run->ctx, &opt, &run->report->summary, &run->session);
         if (exit_code != CLI_EXIT_OK)
             return exit_code;

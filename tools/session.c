@@ -16,74 +16,8 @@
 
 #include "kernels/reference.h"
 #include "cli.h"
-#include "dump.h"
 #include "progress.h"
-#include "session.h"
-#include "shadow.h"
-#include "synth.h"
-
-/* A request of the workload. `committed` counts its tokens so far and is
- * also the position of its next token: prompt tokens are 0 .. prompt-1,
- * decode tokens follow. */
-typedef struct request {
-    int32_t id;
-    int32_t prompt_tokens;
-    int32_t committed;
-    int32_t rounds;
-    int32_t slot;
-    int32_t lane;
-    int32_t *accepted; /* [decode_steps]: accepted length of each round */
-} request;
-
-/* One row of this forward's prefill or round batch. */
-typedef struct batch_row {
-    request *req;   /* NULL: a padding row (slot -1) */
-    int32_t tokens; /* prompt chunk, or T */
-    int32_t keep;   /* tokens the row commits: the chunk, or the accepted length */
-} batch_row;
-
-/* The rows of one batch and their caller-owned metadata. */
-typedef struct batch_rows {
-    batch_row *rows;
-    int32_t count;
-    int32_t *slots;   /* [count] */
-    int32_t *offsets; /* [count+1] first token of each row in the tensors */
-    int32_t *accepted;/* [count] rounds only */
-} batch_rows;
-
-struct session {
-    ssm_ctx *ctx;
-    const ssm_config *config;
-    ssm_model_dims model;
-    ssm_dtype act, state_dtype;
-    int32_t lanes, tokens_per_row;
-    int64_t max_committed; /* longest request: prompt_max + decode_steps * T */
-    session_summary *sum;
-    const session_observer *observer; /* NULL: none */
-
-    synth_weights weights;
-    shadow *shadow;
-    dump *dump;
-
-    request *requests;
-    int32_t *accepted_history;
-    request **lane_request; /* [lanes], NULL when free */
-    int32_t next_request, finished;
-
-    /* Batch buffers, allocated once and shared by prefill and rounds (the
-     * CPU path finishes each call before the next fills them). */
-    batch_rows prefill, round;
-    void *x, *gate, *beta, *out;
-
-    /* Finishing a request: the exported canonical form of every layer. */
-    void **export_window, **export_state;
-
-    /* Dump only: the library's outputs of each lane's committed tokens
-     * [lanes][layers][max_committed][HV*V], and float32 staging. */
-    float *lane_outputs;
-    float *stage_x, *stage_gate, *stage_beta, *stage_state, *stage_window;
-    void *one_x, *one_gate, *one_beta;
-};
+#include "session_private.h"
 
 static double now_seconds(void)
 {
@@ -298,8 +232,9 @@ static void check_rows(session *s, const batch_rows *b, int32_t layer, session_s
                       shadow_step(s->shadow, row->req->lane, layer, &s->weights.layer[layer],
                                   &row_io, row->tokens, row->keep, kind == SESSION_PREFILL));
         if (s->observer && s->observer->output) {
-            const session_block block = {row->req->id, layer,     kind,      row->tokens,
-                                         row->keep,    b->count, row_io.out};
+            const session_block block = {row->req->id, layer,    kind,
+                                         row->tokens,  row->keep, row->req->committed,
+                                         b->count,     row_io.out};
             s->observer->output(s->observer->user, &block);
         }
         if (!s->lane_outputs)
@@ -628,12 +563,17 @@ int session_run(ssm_ctx *ctx, const session_options *opt, session_summary *out)
     int exit_code = session_open(ctx, opt, out, &s);
     if (exit_code != CLI_EXIT_OK)
         return exit_code;
+    if (opt->load_dir)
+        exit_code = session_load(s, opt->load_dir);
     progress bar;
     progress_begin(&bar, opt->show_progress, out->requests, "requests");
-    while (exit_code == CLI_EXIT_OK && session_finished(s) < out->requests) {
+    while (exit_code == CLI_EXIT_OK && session_finished(s) < out->requests &&
+           !(opt->stop_after > 0 && out->forwards >= opt->stop_after)) {
         exit_code = session_forward(s);
         progress_update(&bar, session_finished(s));
     }
     progress_end(&bar);
+    if (exit_code == CLI_EXIT_OK && opt->save_dir)
+        exit_code = session_save(s, opt->save_dir);
     return session_close(s, exit_code);
 }

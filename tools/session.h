@@ -22,6 +22,7 @@ typedef struct session_block {
     session_step_kind kind;
     int32_t tokens;  /* the row's tokens: a prompt chunk, or T */
     int32_t keep;    /* tokens it commits: the chunk, or the accepted length */
+    int32_t first;   /* the request's position of the row's first token */
     int32_t rows;    /* rows of the library call's batch, padding included */
     const void *out; /* [tokens][HV][V] in the activation dtype; valid during the call */
 } session_block;
@@ -41,6 +42,11 @@ typedef struct session_options {
     const char *dump_dir;             /* NULL: no dump */
     int show_progress;                /* draw the progress bar (on a terminal only) */
     const session_observer *observer; /* NULL: none */
+    /* Checkpoints (session_checkpoint.c): resume from load_dir before the
+     * first forward; stop after stop_after forwards (0: run to the end) and
+     * save to save_dir. */
+    const char *load_dir, *save_dir;
+    int64_t stop_after;
 } session_options;
 
 typedef struct session_summary {
@@ -92,5 +98,13 @@ int session_open(ssm_ctx *ctx, const session_options *opt, session_summary *out,
 int session_forward(session *s);
 int32_t session_finished(const session *s); /* requests finished so far */
 int session_close(session *s, int exit_code);
+
+/* Writes the session's checkpoint to dir (created if missing): where the
+ * schedule is, and every busy lane's slot as a page and its reference state.
+ * session_load reads one back into a session just opened on a config of the
+ * same model and workload (any mode). Each returns CLI_EXIT_OK or an exit
+ * code after printing the error. */
+int session_save(session *s, const char *dir);
+int session_load(session *s, const char *dir);
 
 #endif

@@ -129,3 +129,26 @@ const char *shadow_bound_text(const shadow *s)
 {
     return bound_text(s->output_bound);
 }
+
+/* The lanes' windows and states are each one block of layers, so a lane is
+ * two runs of bytes. */
+int64_t shadow_lane_bytes(const shadow *s)
+{
+    return (s->window_bytes + s->state_bytes) * s->model.layers;
+}
+
+void shadow_lane_save(const shadow *s, int32_t lane, void *bytes)
+{
+    const int64_t windows = s->window_bytes * s->model.layers;
+    memcpy(bytes, lane_window(s, lane, 0), (size_t)windows);
+    memcpy((char *)bytes + windows, lane_state(s, lane, 0),
+           (size_t)(s->state_bytes * s->model.layers));
+}
+
+void shadow_lane_load(shadow *s, int32_t lane, const void *bytes)
+{
+    const int64_t windows = s->window_bytes * s->model.layers;
+    memcpy(lane_window(s, lane, 0), bytes, (size_t)windows);
+    memcpy(lane_state(s, lane, 0), (const char *)bytes + windows,
+           (size_t)(s->state_bytes * s->model.layers));
+}

@@ -37,6 +37,12 @@ bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer
 bound_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,
                                        const void *window, const void *state);
 
+/* A lane's reference state (every layer's window and state) as bytes, for
+ * checkpoints: shadow_lane_bytes of them, read from or written to `bytes`. */
+int64_t shadow_lane_bytes(const shadow *s);
+void shadow_lane_save(const shadow *s, int32_t lane, void *bytes);
+void shadow_lane_load(shadow *s, int32_t lane, const void *bytes);
+
 /* The output bound in words, e.g. "relative RMS <= 1e-5". */
 const char *shadow_bound_text(const shadow *s);
 
