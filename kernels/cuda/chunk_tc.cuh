@@ -189,6 +189,24 @@ __device__ __forceinline__ void product_tn(acc &c, const float *x, int32_t ldx, 
     product<split, a_col, b_row>(c, x, ldx, ldx, y, ldy, ldy, depth);
 }
 
+/* out [C][cols] (row-major, global) = T X for the lower-triangular T
+ * [C][C] (leading dimension ldt) and X [C][cols] (ldx), cols a multiple
+ * of 16; tile (I, n) by warp p % 8, T's zero blocks above the diagonal
+ * skipped. */
+template <bool split>
+__device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float *X, int32_t ldx,
+                                        int32_t cols, float *out, int32_t warp)
+{
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
+    for (int32_t p = warp; p < (C / B) * (cols / B); p += 8) {
+        int32_t I = p / (cols / B), n = p % (cols / B);
+        acc f;
+        wmma::fill_fragment(f, 0.0f);
+        product_nn<split>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
+        wmma::store_matrix_sync(out + I * B * cols + n * B, f, cols, wmma::mem_row_major);
+    }
+}
+
 /* Launch row r's tokens: counts[r], or with token_offsets those from
  * `piece` on (the caller's `chunks` bound how many are run). */
 __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
@@ -406,13 +424,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
         scratch[t * LK + x] = beta[t] * ssm_expf(G[t * gk + (gk == 1 ? 0 : x)]) * kc[t * LK + x];
     }
     __syncthreads();
-    for (int32_t p = warp; p < (C / B) * (K / B); p += 8) {
-        int32_t I = p / (K / B), n = p % (K / B);
-        tc::acc f;
-        wmma::fill_fragment(f, 0.0f);
-        tc::product_nn<split>(f, T + I * B * LC, LC, scratch + n * B, LK, (I + 1) * B);
-        wmma::store_matrix_sync(rec + L.W + I * B * K + n * B, f, K, wmma::mem_row_major);
-    }
+    tc::times_T<split>(T, LC, scratch, LK, K, rec + L.W, warp);
     __syncthreads();
     /* Uv = T (beta V). */
     const Act *values = (const Act *)a.v;
@@ -425,13 +437,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                   : 0.0f;
     }
     __syncthreads();
-    for (int32_t p = warp; p < (C / B) * (V / B); p += 8) {
-        int32_t I = p / (V / B), n = p % (V / B);
-        tc::acc f;
-        wmma::fill_fragment(f, 0.0f);
-        tc::product_nn<split>(f, T + I * B * LC, LC, scratch + n * B, LV, (I + 1) * B);
-        wmma::store_matrix_sync(rec + L.Uv + I * B * V + n * B, f, V, wmma::mem_row_major);
-    }
+    tc::times_T<split>(T, LC, scratch, LV, V, rec + L.Uv, warp);
 }
 
 /* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
