@@ -391,10 +391,28 @@ ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t c
     return SSM_OK;
 }
 
-ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes)
+/* A page checked against the context, ready to load: canonical pointers
+ * into it, or into `taken` (the context's heads copied out of a page that
+ * holds more). */
+typedef struct prepared_import {
+    void **conv, **state;
+    unsigned char *taken;
+} prepared_import;
+
+static void import_release(prepared_import *p)
 {
-    if (!ctx || !page)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_import_page: NULL argument");
+    free(p->conv);
+    free(p->state);
+    free(p->taken);
+    memset(p, 0, sizeof *p);
+}
+
+/* Every check of an import, and the allocations it needs: after this, only
+ * the mode's own import is left. Nothing is touched on an error. */
+static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes,
+                                 prepared_import *p)
+{
+    memset(p, 0, sizeof *p);
     ssm_status status = page_slot_checks(ctx, slot, "importing a page");
     ssm_page_info i, want;
     if (status == SSM_OK)
@@ -402,30 +420,109 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
     if (status == SSM_OK)
         status = page_matches(ctx, &i);
     if (status != SSM_OK)
-        return status; /* nothing was touched */
-    /* A page of more heads than the context holds: its heads, copied out. */
+        return status;
     info_of_context(ctx, &want);
-    unsigned char *payload = (unsigned char *)page + PAGE_HEADER_BYTES, *taken = NULL;
+    unsigned char *payload = (unsigned char *)page + PAGE_HEADER_BYTES;
     if (i.head_first != want.head_first || i.head_end != want.head_end) {
-        taken = malloc((size_t)want.payload_bytes);
-        if (!taken)
+        p->taken = malloc((size_t)want.payload_bytes);
+        if (!p->taken)
             return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
-        copy_slice(&i, payload, &want, taken, 0);
-        payload = taken;
+        copy_slice(&i, payload, &want, p->taken, 0);
+        payload = p->taken;
         i = want;
     }
-    void **conv, **state;
-    if (!payload_pointers(&i, payload, &conv, &state)) {
-        free(taken);
+    if (!payload_pointers(&i, payload, &p->conv, &p->state)) {
+        import_release(p);
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    ssm_canonical_v1 src = {sizeof src, conv, state};
-    status = ctx->mode->import_slot(ctx->instance, slot, &src, NULL);
-    free(conv);
-    free(state);
-    free(taken);
+    return SSM_OK;
+}
+
+static ssm_status import_load(ssm_ctx *ctx, int32_t slot, const prepared_import *p)
+{
+    ssm_canonical_v1 src = {sizeof src, p->conv, p->state};
+    ssm_status status = ctx->mode->import_slot(ctx->instance, slot, &src, NULL);
     if (status == SSM_OK)
         ctx->slot_flags[slot] = 0; /* the page's state replaces whatever was flagged */
+    return status;
+}
+
+ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes)
+{
+    if (!ctx || !page)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_import_page: NULL argument");
+    prepared_import p;
+    ssm_status status = import_prepare(ctx, slot, page, bytes, &p);
+    if (status == SSM_OK)
+        status = import_load(ctx, slot, &p);
+    import_release(&p);
+    return status;
+}
+
+/* ---------------------------------------------------- batched forms */
+
+/* The slots of a batch: non-NULL, count in range, no slot twice. */
+static ssm_status batch_slots_ok(const ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                 const void *pages, size_t stride, const char *what)
+{
+    if (!ctx || !slots || !pages || count < 1 || count > ctx->capacity)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "%s: NULL argument or count %d (1 to the pool's %d slots)", what,
+                             (int)count, ctx ? (int)ctx->capacity : 0);
+    if ((uint64_t)stride < ssm_page_bytes(ctx))
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "%s: stride %zu is less than a page of this context (%zu bytes)",
+                             what, stride, ssm_page_bytes(ctx));
+    for (int32_t a = 0; a < count; a++)
+        for (int32_t b = a + 1; b < count; b++)
+            if (slots[a] == slots[b])
+                return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                                     "%s: slot %d appears twice (entries %d and %d)", what,
+                                     (int)slots[a], (int)a, (int)b);
+    return SSM_OK;
+}
+
+ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots, void *pages,
+                                  size_t stride)
+{
+    ssm_status status = batch_slots_ok(ctx, count, slots, pages, stride,
+                                       "ssm_slots_export_pages");
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = page_slot_checks(ctx, slots[k], "exporting a page");
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = ssm_slot_export_page(ctx, slots[k], (unsigned char *)pages + (size_t)k * stride,
+                                      stride);
+    return status;
+}
+
+ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                  const void *pages, size_t stride)
+{
+    ssm_status status = batch_slots_ok(ctx, count, slots, pages, stride,
+                                       "ssm_slots_import_pages");
+    if (status != SSM_OK)
+        return status;
+    prepared_import *prepared = calloc((size_t)count, sizeof *prepared);
+    if (!prepared)
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    int32_t ready = 0;
+    for (; ready < count && status == SSM_OK; ready++) {
+        status = import_prepare(ctx, slots[ready],
+                                (const unsigned char *)pages + (size_t)ready * stride, stride,
+                                &prepared[ready]);
+        if (status != SSM_OK) {
+            char why[256]; /* the message is rewritten below: copy it first */
+            snprintf(why, sizeof why, "%s", ssm_last_error());
+            status = ssm_error_set(status, "page %d (slot %d): %s; no slot was changed",
+                                   (int)ready, (int)slots[ready], why);
+        }
+    }
+    /* Every page checked: the loads that are left are the modes' own copies. */
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = import_load(ctx, slots[k], &prepared[k]);
+    for (int32_t k = 0; k < count; k++)
+        import_release(&prepared[k]);
+    free(prepared);
     return status;
 }
 

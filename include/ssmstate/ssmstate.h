@@ -328,6 +328,16 @@ ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t c
  * SSM_ERR_PAGE_INVALID (naming the field or checksum that failed). */
 ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes);
 
+/* Batched forms: page k of slots[k] at pages + k * stride (stride >=
+ * ssm_page_bytes; a page may be shorter than its stride). Every slot (and for
+ * import every page) is checked before any is exported or loaded; a slot
+ * named twice is refused. Import loads all the pages or, on any error, none
+ * (the message names the page). Errors: those of the one-slot forms. */
+ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots, void *pages,
+                                  size_t stride);
+ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                  const void *pages, size_t stride);
+
 /* Writes to `out` (`capacity` bytes) the page of value heads [first, end)
  * of `page`, which must hold them; first and end multiples of the model's
  * group (value_heads / heads). The window keeps the slice's channels (q and k
