@@ -32,6 +32,12 @@ const key_spec key_specs[KEY_COUNT] = {
     [KEY_VALUE_DIM] = INT_KEY(SECTION_MODEL, "value_dim", 1, model.value_dim, 1, SSM_MAX_HEAD_DIM),
     [KEY_CONV_WIDTH] = INT_KEY(SECTION_MODEL, "conv_width", 1, model.conv_width, 1, SSM_MAX_CONV_WIDTH),
     [KEY_LOWER_BOUND] = OTHER_KEY(SECTION_MODEL, "lower_bound", 0),
+    /* tensor parallelism (ssm_head_slice): 0 = unset */
+    [KEY_MODEL_HEADS] = INT_KEY(SECTION_MODEL, "model_heads", 0, head_slice.heads, 0, SSM_MAX_HEADS),
+    [KEY_MODEL_VALUE_HEADS] = INT_KEY(SECTION_MODEL, "model_value_heads", 0,
+                                      head_slice.value_heads, 0, SSM_MAX_HEADS),
+    [KEY_FIRST_VALUE_HEAD] = INT_KEY(SECTION_MODEL, "first_value_head", 0, head_slice.first, 0,
+                                     SSM_MAX_HEADS),
     [KEY_MODE] = OTHER_KEY(SECTION_STATE, "mode", 1),
     [KEY_STATE_DTYPE] = OTHER_KEY(SECTION_STATE, "state_dtype", 1),
     [KEY_ACTIVATION_DTYPE] = OTHER_KEY(SECTION_STATE, "activation_dtype", 0),

@@ -89,18 +89,18 @@ static ssm_status check_head_slice(const checker *ck)
         return SSM_OK;
     if (h->heads < 1 || h->value_heads < h->heads || h->value_heads > SSM_MAX_HEADS ||
         h->value_heads % h->heads != 0)
-        return check_fail(ck, KEY_HEADS, KEY_NONE,
+        return check_fail(ck, KEY_MODEL_VALUE_HEADS, KEY_MODEL_HEADS,
                           "head slice: the model's heads = %d and value_heads = %d are not a "
                           "model (value_heads a multiple of heads, at most %d)",
                           (int)h->heads, (int)h->value_heads, SSM_MAX_HEADS);
     int32_t group = h->value_heads / h->heads;
     if (m->value_heads / m->heads != group)
-        return check_fail(ck, KEY_VALUE_HEADS, KEY_HEADS,
+        return check_fail(ck, KEY_MODEL_VALUE_HEADS, KEY_VALUE_HEADS,
                           "head slice: this context's value_heads / heads = %d / %d, the "
                           "model's group is %d value heads per key head",
                           (int)m->value_heads, (int)m->heads, (int)group);
     if (h->first < 0 || h->first % group != 0 || h->first > h->value_heads - m->value_heads)
-        return check_fail(ck, KEY_VALUE_HEADS, KEY_NONE,
+        return check_fail(ck, KEY_FIRST_VALUE_HEAD, KEY_MODEL_VALUE_HEADS,
                           "head slice: %d value heads from %d are not whole key-head groups "
                           "(of %d) within the model's %d",
                           (int)m->value_heads, (int)h->first, (int)group, (int)h->value_heads);

@@ -475,6 +475,39 @@ START_TEST(test_lower_bound_rules)
 }
 END_TEST
 
+/* Tensor parallelism: this context's 2 key heads and 4 value heads are value
+ * heads [4, 8) of a model of 4 key heads and 8 value heads. */
+START_TEST(test_head_slice)
+{
+    const char *slice = "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
+                        "first_value_head = 4";
+    ssm_config *c = parse_ok(edit_line(BASE_TEXT, 8, slice));
+    ck_assert_int_eq(c->head_slice.heads, 4);
+    ck_assert_int_eq(c->head_slice.value_heads, 8);
+    ck_assert_int_eq(c->head_slice.first, 4);
+    ssm_config_free(c);
+    c = parse_ok(BASE_TEXT); /* unset: the whole model */
+    ck_assert_int_eq(c->head_slice.heads + c->head_slice.value_heads + c->head_slice.first, 0);
+    ssm_config_free(c);
+    /* off a key-head group (the group is 2 value heads), at the slice's line */
+    expect_parse_error(edit_line(BASE_TEXT, 8,
+                                 "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
+                                 "first_value_head = 3"),
+                       11, "head slice: 4 value heads from 3 are not whole key-head groups");
+    /* past the model */
+    expect_parse_error(edit_line(BASE_TEXT, 8,
+                                 "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
+                                 "first_value_head = 6"),
+                       11, "within the model's 8");
+    /* another group than the context's */
+    expect_parse_error(edit_line(BASE_TEXT, 8,
+                                 "conv_width = 4\nmodel_heads = 8\nmodel_value_heads = 8"),
+                       10, "the model's group is 1");
+    expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nmodel_heads = -1"), 9,
+                       "model_heads = -1 is out of range");
+}
+END_TEST
+
 START_TEST(test_f16_not_offered)
 {
     expect_parse_error(edit_line(BASE_TEXT, 11, "state_dtype = f16"), 11,
@@ -1004,6 +1037,7 @@ Suite *make_suite(void)
     tc = tcase_create("combinations");
     tcase_add_test(tc, test_value_heads_multiple_of_heads);
     tcase_add_test(tc, test_lower_bound_rules);
+    tcase_add_test(tc, test_head_slice);
     tcase_add_test(tc, test_f16_not_offered);
     tcase_add_test(tc, test_cuda_device);
     suite_add_tcase(s, tc);
