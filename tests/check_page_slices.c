@@ -336,25 +336,29 @@ END_TEST
 START_TEST(config_refuses_bad_slices)
 {
     ssm_model_dims m = {SSM_MODEL_GDN, 1, 1, 2, 16, 8, 4, 0, 0.0f}; /* group 2 */
-    const ssm_head_slice bad[] = {
-        {2, 4, 1},  /* off the group */
-        {2, 4, 4},  /* past the model */
-        {4, 4, 0},  /* the model's group is 1, the context's 2 */
-        {0, 4, 0},  /* no key heads */
-        {2, 4, -2}, /* negative */
-        {2, 4, 2147483646}, /* first + value_heads past INT32_MAX */
-        {2048, 4096, 0},    /* more heads than a page may hold */
+    const struct {
+        ssm_head_slice slice;
+        const char *message;
+    } bad[] = {
+        {{2, 4, 1}, "head slice"},  /* off the group */
+        {{2, 4, 4}, "head slice"},  /* past the model */
+        {{4, 4, 0}, "head slice"},  /* the model's group is 1, the context's 2 */
+        {{0, 4, 0}, "head slice"},  /* no key heads */
+        {{2, 4, -2}, "first_value_head = -2 is out of range"},
+        {{2, 4, 2147483646}, "first_value_head = 2147483646 is out of range"},
+        {{2048, 4096, 0}, "model_heads = 2048 is out of range"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ssm_config c;
         test_config(&c, &m, "native", SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 0);
-        c.head_slice = bad[k];
+        c.head_slice = bad[k].slice;
         ssm_ctx *ctx = NULL;
         ck_assert_msg(ssm_ctx_create(&c, &ctx) == SSM_ERR_CONFIG,
-                      "slice {%d, %d, %d} was accepted", bad[k].heads, bad[k].value_heads,
-                      bad[k].first);
+                      "slice {%d, %d, %d} was accepted", bad[k].slice.heads,
+                      bad[k].slice.value_heads, bad[k].slice.first);
         ck_assert_ptr_null(ctx);
-        ck_assert_ptr_nonnull(strstr(ssm_last_error(), "head slice"));
+        ck_assert_msg(strstr(ssm_last_error(), bad[k].message) != NULL, "'%s' does not say '%s'",
+                      ssm_last_error(), bad[k].message);
     }
 }
 END_TEST
