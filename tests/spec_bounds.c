@@ -11,13 +11,13 @@ spec_bound spec_bound_outputs(ssm_dtype state_dtype, ssm_dtype act)
         return (spec_bound){SPEC_REL_RMS_WHOLE, 4e-3};
     if (act == SSM_DTYPE_F32)
         return (spec_bound){SPEC_REL_RMS_WHOLE, 1e-5};
-    return (spec_bound){SPEC_BF16_ULP, 1e-5};
+    return (spec_bound){SPEC_BF16_ULP, 4e-5}; /* the block-RMS share: spec_bounds.h */
 }
 
 const char *spec_bound_text(spec_bound b)
 {
     if (b.kind == SPEC_BF16_ULP)
-        return "each element within one bf16 ulp (+ 1e-5 of the block's RMS)";
+        return "each element within one bf16 ulp (+ 4e-5 of the block's RMS)";
     return b.limit < 1e-4 ? "relative RMS <= 1e-5 over the whole output"
                           : "relative RMS <= 4e-3 over the whole output";
 }

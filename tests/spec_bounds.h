@@ -19,12 +19,18 @@
  * layer has produced SPEC_WHOLE_MIN_ELEMENTS outputs, and at the end always.
  *
  * "Within one bf16 ulp" is held per element as |got - ref| <= ulp(ref) +
- * 1e-5 * rms(ref over the block): bf16 outputs over an fp32 state are the fp32
+ * 4e-5 * rms(ref over the block): bf16 outputs over an fp32 state are the fp32
  * outputs, themselves within 1e-5 relative RMS, rounded once. The second
  * term only matters for elements far below the block's scale (cancellation
  * in q . S), where one ulp of the element is smaller than the fp32 error of
  * the sum: measured, elements 2 to 11 ulps apart in blocks whose relative
- * RMS was 1e-9 to 2e-8. Anywhere else a two-ulp difference still fails. */
+ * RMS was 1e-9 to 2e-8. One element's fp32 error can be a few times the
+ * RMS-level 1e-5 (single 16-element blocks reach 1.5e-5): replay's
+ * `outputs = matrix` once put an element 500 times below its block's RMS
+ * 1.3e-5 of that RMS from native's, two ulps apart (conformance seed
+ * 9507436005923080614), so the share is 4e-5. At an element's own scale a
+ * bf16 ulp is 2^-8 of it, so anywhere else a two-ulp difference still
+ * fails. */
 #ifndef SSM_TESTS_SPEC_BOUNDS_H
 #define SSM_TESTS_SPEC_BOUNDS_H
 
