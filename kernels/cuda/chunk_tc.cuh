@@ -12,11 +12,14 @@
  *    rounded to the state dtype at each chunk's end as chunk.c does. The
  *    next chunk's record streams in (cp.async) while this one computes.
  *
- * The dense products run as TF32 WMMA (16 x 16 x 8, fp32 accumulation),
- * each as three (3xTF32: the operands split into a rounded part and its
- * rounding error, tc_split), close to fp32, so CPU and CUDA stay within
+ * The dense products run on tensor cores (mma_tf32.cuh: TF32 mma.m16n8k8,
+ * fp32 accumulation), each as three (3xTF32: the operands split into a
+ * rounded part and the rest), close to fp32, so CPU and CUDA stay within
  * SPEC 3.5's 1e-5 for an fp32 state (docs/prefill.md has the measured
- * distances).
+ * distances). One TF32 product was tried and dropped: with a bf16 state a
+ * long KDA prefill (lower-bound gate) came within 1.0e-2 of the CPU's, past
+ * the 7e-3 that SPEC 3.5's chunked and recurrent bounds leave between
+ * them.
  *
  * Decays are formed from differences (SPEC 2.4). With a per-channel gate
  * (KDA) the decay of a pair does not factor out of the sum over channels:
@@ -33,17 +36,16 @@
 #ifndef SSM_KERNELS_CUDA_CHUNK_TC_CUH
 #define SSM_KERNELS_CUDA_CHUNK_TC_CUH
 
-#include <mma.h>
-
 #include <type_traits>
 
 #include "kernels/cuda/chunk.cuh"
+#include "kernels/cuda/mma_tf32.cuh"
 
 namespace ssm {
 
 #define SSM_TC_THREADS 256 /* eight warps */
 #define SSM_TC_ROWS 32     /* value rows of a scan block: 4 x 2 tiles of U and o, 8 warps */
-#define SSM_TC_SUB 16      /* a WMMA tile's side; sub-chunks of the decay scaling */
+#define SSM_TC_SUB 16      /* a product tile's side; sub-chunks of the decay scaling */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
 
 /* A record's parts, in floats from its start; every part row-major and
@@ -72,29 +74,35 @@ inline int64_t chunk_tc_work_floats(int32_t K, int32_t V, int32_t HV, int32_t ro
     return tc_record_layout(K, V).floats * HV * (int64_t)rows * chunks;
 }
 
-/* Shared-memory strides: a row padded by four floats, so the rows of a WMMA
- * fragment fall in different banks (the leading dimension stays a multiple
- * of four, as TF32 loads need). */
+/* Shared-memory strides (mma_tf32.cuh): rows read by ldmatrix (A by rows,
+ * B by columns) padded by four floats, rows read element by element (B by
+ * rows, A by columns) by eight, so that neither kind of load meets a bank
+ * conflict. Both keep rows 16-byte aligned. */
 __host__ __device__ inline int32_t tc_pad(int32_t n) { return n + 4; }
+__host__ __device__ inline int32_t tc_pad_rows(int32_t n) { return n + 8; }
 
-/* k, q (KDA; GDN's q sits in the scratch), G, beta, A, T (QK before it)
- * and a scratch: GDN's q, then the block sums of T, beta e^G K, beta V;
- * KDA's scaled operands of a row block (2 x 16 left and up to 64 right
- * rows) first. GDN's fits two blocks on an SM at K = 128. */
+/* k, q (KDA; GDN's q sits in the scratch), G, beta, GDN's per-token
+ * factors e^G and e^{G_last - G}, A, T (QK before it) and a scratch: GDN's
+ * q, then the block sums of T, beta e^G K, beta V; KDA's scaled operands of
+ * a row block (2 x 16 left and up to 64 right rows) first. GDN's fits two
+ * blocks on an SM at K = 128. */
 __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
-    size_t scratch = (gk == 1 ? C : C + 32) * LK, values = C * tc_pad(V), sums = C * LC;
+    size_t scratch = (gk == 1 ? C : C + 32) * LK, keys = C * tc_pad_rows(K),
+           values = C * tc_pad_rows(V), sums = C * LC;
+    scratch = scratch > keys ? scratch : keys;
     scratch = scratch > values ? scratch : values;
     scratch = scratch > sums ? scratch : sums;
-    return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + 2 * C * LC + scratch;
+    return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC + scratch;
 }
 
+/* The state tile, W, Qg, Kd, Uv, U, o, QK and the decay. */
 __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS),
-           LR = tc_pad(SSM_TC_ROWS);
-    return SSM_TC_ROWS * LK + 3 * C * LK + 3 * C * LR + C * LC + K;
+           LR = tc_pad_rows(SSM_TC_ROWS);
+    return SSM_TC_ROWS * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
 /* The tensor-core path runs these shapes (K a template argument of the
@@ -104,106 +112,22 @@ inline bool chunk_tc_supported(int32_t K, int32_t V)
     return (K == 32 || K == 64 || K == 128) && V % 16 == 0 && V <= 128;
 }
 
-namespace wmma = nvcuda::wmma;
-
-/* Whether the products split into 3xTF32 for a State: for both. With a
- * bf16 state and one TF32 product, the state after a long prefill came
- * within 1.0e-2 of the CPU's sequential prefill (KDA, lower-bound gate),
- * past the 7e-3 that SPEC 3.5's chunked and recurrent bounds leave between
- * them; with 3xTF32 it is as close as chunk.cuh's fp32 form
- * (docs/prefill.md). */
-template <class State> __host__ __device__ constexpr bool tc_split() { return true; }
-
 namespace tc {
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_row;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a_col;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> b_col;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-
-/* Loads a fragment of fp32 values as TF32: rounded (hi), and with `split`
- * the rounding error as a second TF32 fragment (lo), so hi + lo carries
- * about 21 of fp32's 24 mantissa bits. */
-template <bool split, class F>
-__device__ __forceinline__ void load_tf32(F &hi, F &lo, const float *p, int32_t ld)
-{
-    wmma::load_matrix_sync(hi, p, ld);
-#pragma unroll
-    for (int i = 0; i < hi.num_elements; i++) {
-        float x = hi.x[i];
-        hi.x[i] = wmma::__float_to_tf32(x);
-        if (split)
-            lo.x[i] = wmma::__float_to_tf32(x - hi.x[i]);
-    }
-}
-
-/* c += a b for split operands: a_lo b_hi + a_hi b_lo + a_hi b_hi
- * ("3xTF32", products within fp32 rounding), or a_hi b_hi alone. */
-template <bool split, class FA, class FB>
-__device__ __forceinline__ void mma(acc &c, const FA &a, const FA &a_lo, const FB &b,
-                                    const FB &b_lo)
-{
-    if (split) {
-        wmma::mma_sync(c, a_lo, b, c);
-        wmma::mma_sync(c, a, b_lo, c);
-    }
-    wmma::mma_sync(c, a, b, c);
-}
-
-/* c += A[16 x depth] B[depth x 16], depth a multiple of 8. */
-template <bool split, class FA, class FB>
-__device__ __forceinline__ void product(acc &c, const float *a, int32_t a_step, int32_t lda,
-                                        const float *b, int32_t b_step, int32_t ldb, int32_t depth)
-{
-    FA fa, fa_lo;
-    FB fb, fb_lo;
-    for (int32_t d = 0; d < depth; d += 8) {
-        load_tf32<split>(fa, fa_lo, a + d * a_step, lda);
-        load_tf32<split>(fb, fb_lo, b + d * b_step, ldb);
-        mma<split>(c, fa, fa_lo, fb, fb_lo);
-    }
-}
-
-/* c += X[16 x depth] Y[16 x depth]^T: both operands rows of length depth. */
-template <bool split>
-__device__ __forceinline__ void product_nt(acc &c, const float *x, int32_t ldx, const float *y,
-                                           int32_t ldy, int32_t depth)
-{
-    product<split, a_row, b_col>(c, x, 1, ldx, y, 1, ldy, depth);
-}
-
-/* c += X[16 x depth] Y[depth x 16]: X by rows, Y by rows. */
-template <bool split>
-__device__ __forceinline__ void product_nn(acc &c, const float *x, int32_t ldx, const float *y,
-                                           int32_t ldy, int32_t depth)
-{
-    product<split, a_row, b_row>(c, x, 1, ldx, y, ldy, ldy, depth);
-}
-
-/* c += X^T Y for X [depth x 16], Y [depth x 16], both by rows. */
-template <bool split>
-__device__ __forceinline__ void product_tn(acc &c, const float *x, int32_t ldx, const float *y,
-                                           int32_t ldy, int32_t depth)
-{
-    product<split, a_col, b_row>(c, x, ldx, ldx, y, ldy, ldy, depth);
-}
-
 /* out [C][cols] (row-major, global) = T X for the lower-triangular T
- * [C][C] (leading dimension ldt) and X [C][cols] (ldx), cols a multiple
- * of 16; tile (I, n) by warp p % 8, T's zero blocks above the diagonal
- * skipped. */
-template <bool split>
+ * [C][C] (by rows, stride ldt) and X [C][cols] (by rows, stride ldx = 8 mod
+ * 32), cols a multiple of 16; tile (I, n) by warp p % 8, T's zero blocks
+ * above the diagonal skipped. */
 __device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float *X, int32_t ldx,
                                         int32_t cols, float *out, int32_t warp)
 {
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
     for (int32_t p = warp; p < (C / B) * (cols / B); p += 8) {
         int32_t I = p / (cols / B), n = p % (cols / B);
-        acc f;
-        wmma::fill_fragment(f, 0.0f);
-        product_nn<split>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
-        wmma::store_matrix_sync(out + I * B * cols + n * B, f, cols, wmma::mem_row_major);
+        tile f;
+        zero(f);
+        product<A_ROWS, B_ROWS>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
+        store(out + I * B * cols + n * B, cols, f);
     }
 }
 
@@ -225,13 +149,13 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <int K, bool split, class Act>
+template <int K, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, V = a.V, gk = a.gk;
-    const int32_t LK = tc_pad(K), LC = tc_pad(C), LV = tc_pad(V);
+    const int32_t LK = tc_pad(K), LC = tc_pad(C);
     const int32_t j = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
     const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int32_t in_row = a.slots ? a.slots[r] : r;
@@ -243,7 +167,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     const int32_t c = n - t0 < C ? n - t0 : C;
     const int32_t first = t0; /* the chunk's first token in the row's inputs */
     float *kc = shared, *G = kc + (gk == 1 ? 1 : 2) * C * LK, *beta = G + C * gk;
-    float *A = beta + C, *T = A + C * LC, *scratch = T + C * LC;
+    float *grow = beta + C, *shrink = grow + C; /* GDN: e^{G_t}, e^{G_last - G_t} */
+    float *A = beta + C + (gk == 1 ? 2 * C : 0), *T = A + C * LC, *scratch = T + C * LC;
     float *qc = gk == 1 ? scratch : kc + C * LK; /* GDN's q is spent before the scratch is reused */
     float *QK = T; /* QK goes to the record before T is computed */
     const int32_t key_head = h / a.group;
@@ -272,14 +197,28 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     __syncthreads();
     chunk_running_sum(G, C, gk, SSM_TC_THREADS);
     __syncthreads();
+    if (gk == 1) {
+        for (int32_t t = tid; t < C; t += SSM_TC_THREADS) {
+            grow[t] = ssm_expf(G[t]);
+            shrink[t] = ssm_expf(G[C - 1] - G[t]);
+        }
+        __syncthreads();
+    }
 
     /* The record's parts that are one pass over k and q. */
 #pragma unroll 4
     for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
         int32_t t = i / K, x = i % K;
-        float gt = G[t * gk + (gk == 1 ? 0 : x)];
-        rec[L.Qg + i] = ssm_expf(gt) * qc[t * LK + x];
-        rec[L.Kd + i] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : x)] - gt) * kc[t * LK + x];
+        float up, down;
+        if (gk == 1) {
+            up = grow[t];
+            down = shrink[t];
+        } else {
+            up = ssm_expf(G[t * gk + x]);
+            down = ssm_expf(G[(C - 1) * gk + x] - G[t * gk + x]);
+        }
+        rec[L.Qg + i] = up * qc[t * LK + x];
+        rec[L.Kd + i] = down * kc[t * LK + x];
     }
     for (int32_t x = tid; x < K; x += SSM_TC_THREADS)
         rec[L.decay + x] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : x)]);
@@ -293,10 +232,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                 m -= ++I; /* tile (I, m) with m <= I */
             const float *left = p < 10 ? kc : qc;
             float *dst = p < 10 ? A : QK;
-            tc::acc f;
-            wmma::fill_fragment(f, 0.0f);
-            tc::product_nt<split>(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
-            wmma::store_matrix_sync(dst + I * B * LC + m * B, f, LC, wmma::mem_row_major);
+            tc::tile f;
+            tc::zero(f);
+            tc::product<tc::A_ROWS, tc::B_COLS>(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
+            tc::store(dst + I * B * LC + m * B, LC, f);
         }
     } else {
         /* Row block by row block (16 tokens t), around the token r before it
@@ -331,11 +270,11 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             const int32_t tiles = right / B;
             for (int32_t p = warp; p < 2 * tiles; p += 8) {
                 int32_t m = p % tiles;
-                tc::acc f;
-                wmma::fill_fragment(f, 0.0f);
-                tc::product_nt<split>(f, p < tiles ? lk : lq, LK, rk + m * B * LK, LK, K);
-                wmma::store_matrix_sync((p < tiles ? A : QK) + I * B * LC + m * B, f, LC,
-                                        wmma::mem_row_major);
+                tc::tile f;
+                tc::zero(f);
+                tc::product<tc::A_ROWS, tc::B_COLS>(f, p < tiles ? lk : lq, LK, rk + m * B * LK,
+                                                    LK, K);
+                tc::store((p < tiles ? A : QK) + I * B * LC + m * B, LC, f);
             }
             for (int32_t p = warp; wide && p < B * B; p += 8) {
                 int32_t t = I * B + p / B, i = I * B + p % B;
@@ -419,25 +358,27 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     }
 
     /* W = T (beta e^G K), straight to the record. */
+    const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
     for (int32_t e = tid; e < C * K; e += SSM_TC_THREADS) {
         int32_t t = e / K, x = e % K;
-        scratch[t * LK + x] = beta[t] * ssm_expf(G[t * gk + (gk == 1 ? 0 : x)]) * kc[t * LK + x];
+        float up = gk == 1 ? grow[t] : ssm_expf(G[t * gk + x]);
+        scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
-    tc::times_T<split>(T, LC, scratch, LK, K, rec + L.W, warp);
+    tc::times_T(T, LC, scratch, LKr, K, rec + L.W, warp);
     __syncthreads();
     /* Uv = T (beta V). */
     const Act *values = (const Act *)a.v;
 #pragma unroll 8
     for (int32_t e = tid; e < C * V; e += SSM_TC_THREADS) {
         int32_t t = e / V, x = e % V;
-        scratch[t * LV + x] =
+        scratch[t * LVr + x] =
             t < c ? beta[t] * load(values + in_row * a.v_row + (first + t) * a.v_token +
                                    (int64_t)h * V + x)
                   : 0.0f;
     }
     __syncthreads();
-    tc::times_T<split>(T, LC, scratch, LV, V, rec + L.Uv, warp);
+    tc::times_T(T, LC, scratch, LVr, V, rec + L.Uv, warp);
 }
 
 /* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
@@ -447,10 +388,9 @@ template <int K, class State, class Act>
 __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
-    constexpr bool split = tc_split<State>();
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, V = a.V;
-    const int32_t LK = tc_pad(K), LC = tc_pad(C), LR = tc_pad(R);
+    const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C), LR = tc_pad_rows(R);
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
     const int32_t in_row = a.slots ? a.slots[r] : r;
@@ -463,7 +403,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     /* with token_offsets a row may go on past this call's chunks */
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
     float *S = shared, *W = S + R * LK, *Qg = W + C * LK, *Kd = Qg + C * LK;
-    float *Uv = Kd + C * LK, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
+    float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
     float *decay = QK + C * LC;
     const tc_record L = tc_record_layout(K, V);
     const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
@@ -482,8 +422,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
 #pragma unroll
             for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
                 int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                copy_chunk_async(first + t * LK + x, rec + (part == 0 ? L.W : L.Kd) + t * K + x,
-                                 true);
+                copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
+                                 rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
                 if (part == 0)
                     copy_chunk_async(second + t * LK + x, rec + L.Qg + t * K + x, true);
             }
@@ -519,32 +459,37 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         copy_async_wait<1>();
         __syncthreads(); /* W, Uv, Qg of chunk j; the state after chunk j - 1 */
         /* U = Uv - W S^T and o = (e^G q) S^T, one pass over S^T's fragments */
-        tc::acc pu, po;
-        wmma::fill_fragment(pu, 0.0f);
-        wmma::fill_fragment(po, 0.0f);
+        tc::tile pu, po;
+        tc::zero(pu);
+        tc::zero(po);
+#pragma unroll 4
+        for (int32_t d = 0; d < K; d += 8) {
+            tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
+            tc::load_b_cols(s, S + J * B * LK + d, LK);
+            tc::load_a_rows(w, W + I * B * LK + d, LK);
+            tc::load_a_rows(q, Qg + I * B * LK + d, LK);
+            tc::split(s_hi, s_lo, s);
+            tc::split(w_hi, w_lo, w);
+            tc::split(q_hi, q_lo, q);
+            tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
+            tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
+        }
         {
-            tc::b_col s, s_lo;
-            tc::a_row w, w_lo, q, q_lo;
-            for (int32_t d = 0; d < K; d += 8) {
-                tc::load_tf32<split>(s, s_lo, S + J * B * LK + d, LK);
-                tc::load_tf32<split>(w, w_lo, W + I * B * LK + d, LK);
-                tc::load_tf32<split>(q, q_lo, Qg + I * B * LK + d, LK);
-                tc::mma<split>(pu, w, w_lo, s, s_lo);
-                tc::mma<split>(po, q, q_lo, s, s_lo);
-            }
-            tc::acc u;
-            wmma::load_matrix_sync(u, Uv + I * B * LR + J * B, LR, wmma::mem_row_major);
+            tc::tile u;
+            tc::load(u, Uv + I * B * LR + J * B, LR);
 #pragma unroll
-            for (int i = 0; i < u.num_elements; i++)
-                u.x[i] -= pu.x[i];
-            wmma::store_matrix_sync(U + I * B * LR + J * B, u, LR, wmma::mem_row_major);
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    u.x[h][i] -= pu.x[h][i];
+            tc::store(U + I * B * LR + J * B, LR, u);
         }
         copy_async_wait<0>();
         __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
         /* o += QK U, this warp's tile out through its own place in O */
-        tc::product_nn<split>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
-        wmma::store_matrix_sync(O + I * B * LR + J * B, po, LR, wmma::mem_row_major);
+        tc::product<tc::A_ROWS, tc::B_ROWS>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+        tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
         if (out) {
             for (int32_t e = lane; e < B * B / 4; e += 32) {
@@ -561,30 +506,38 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
            (nothing else reads them until the next barrier) */
         for (int32_t n16 = warp; n16 < K / B; n16 += SSM_TC_THREADS / 32) {
             float *col = S + n16 * B;
-            for (int32_t e = lane; e < R * B; e += 32) {
-                int32_t v = e / B, x = e % B;
-                col[v * LK + x] *= decay[a.gk == 1 ? 0 : n16 * B + x];
-            }
-            __syncwarp();
-            tc::acc s0, s1;
-            wmma::load_matrix_sync(s0, col, LK, wmma::mem_row_major);
-            wmma::load_matrix_sync(s1, col + B * LK, LK, wmma::mem_row_major);
-            tc::a_col u0, u0_lo, u1, u1_lo;
-            tc::b_row k, k_lo;
+            tc::tile s0, s1;
+            tc::load(s0, col, LK);
+            tc::load(s1, col + B * LK, LK);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float d = decay[a.gk == 1 ? 0 : n16 * B + tc::tile_col(h, i)];
+                    s0.x[h][i] *= d;
+                    s1.x[h][i] *= d;
+                }
+#pragma unroll 4
             for (int32_t d = 0; d < C; d += 8) {
-                tc::load_tf32<split>(k, k_lo, Kd + d * LK + n16 * B, LK);
-                tc::load_tf32<split>(u0, u0_lo, U + d * LR, LR);
-                tc::load_tf32<split>(u1, u1_lo, U + d * LR + B, LR);
-                tc::mma<split>(s0, u0, u0_lo, k, k_lo);
-                tc::mma<split>(s1, u1, u1_lo, k, k_lo);
+                tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
+                tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
+                tc::load_a_cols(u0, U + d * LR, LR);
+                tc::load_a_cols(u1, U + d * LR + B, LR);
+                tc::split(k_hi, k_lo, k);
+                tc::split(u0_hi, u0_lo, u0);
+                tc::split(u1_hi, u1_lo, u1);
+                tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
+                tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
             }
 #pragma unroll
-            for (int i = 0; i < s0.num_elements; i++) {
-                s0.x[i] = round_to((const State *)0, s0.x[i]);
-                s1.x[i] = round_to((const State *)0, s1.x[i]);
-            }
-            wmma::store_matrix_sync(col, s0, LK, wmma::mem_row_major);
-            wmma::store_matrix_sync(col + B * LK, s1, LK, wmma::mem_row_major);
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
+                    s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
+                }
+            tc::store(col, LK, s0);
+            tc::store(col + B * LK, LK, s1);
         }
         __syncthreads(); /* QK, Kd and U are free */
         stage(j + 1, 1);
@@ -615,7 +568,7 @@ inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chun
 {
     size_t shared = chunk_prepare_shared_floats(a.K, a.V, a.gk) * sizeof(float);
     with_key_dim(a.K, [&](auto k) {
-        auto kernel = chunk_prepare_kernel<decltype(k)::value, tc_split<State>(), Act>;
+        auto kernel = chunk_prepare_kernel<decltype(k)::value, Act>;
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
         kernel<<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared,
                  st>>>(a, work, chunks);

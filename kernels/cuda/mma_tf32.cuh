@@ -1,0 +1,218 @@
+/* TF32 tensor-core products on shared-memory operands, for chunk_tc.cuh:
+ * PTX's mma.m16n8k8 (fp32 accumulation) on fragments loaded with ldmatrix
+ * or plain shared loads, and the 3xTF32 split that keeps the products
+ * close to fp32.
+ *
+ * A warp computes 16 x 16 output tiles (two m16n8 halves). Operands come in
+ * four layouts, each with the row stride that keeps its loads free of bank
+ * conflicts:
+ *   A by rows    (A[m][k], k contiguous)   ldmatrix, stride = 4 mod 32 floats
+ *   B by columns (B[k][n] stored [n][k])   ldmatrix, stride = 4 mod 32
+ *   B by rows    (B[k][n] stored [k][n])   4 loads, stride = 8 mod 32
+ *   A by columns (A[m][k] stored [k][m])   4 loads, stride = 8 mod 32
+ * ldmatrix moves 16-bit pairs; an fp32 element is one pair, so its 8 x 8
+ * matrices of pairs are 8 x 4 fp32 matrices and their thread mapping is
+ * exactly mma's TF32 fragment mapping (PTX ISA, "mma.m16n8k8"):
+ *   g = lane / 4, t = lane % 4;
+ *   A 16 x 8:  a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
+ *   B 8 x 8:   b0 (t, g), b1 (t + 4, g);
+ *   C 16 x 8:  c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1).
+ * Rows given to ldmatrix must be 16-byte aligned (strides multiples of 4). */
+#ifndef SSM_KERNELS_CUDA_MMA_TF32_CUH
+#define SSM_KERNELS_CUDA_MMA_TF32_CUH
+
+#include <cstdint>
+
+namespace ssm {
+namespace tc {
+
+/* An operand fragment of one k-step of 8: A (16 x 8) or the two 8 x 8
+ * halves of B (n 0-7 and 8-15), as raw fp32 bits. */
+struct frag {
+    uint32_t x[4];
+};
+
+/* A 16 x 16 fp32 accumulator: half h holds columns 8h .. 8h + 7. */
+struct tile {
+    float x[2][4];
+};
+
+__device__ __forceinline__ void zero(tile &c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            c.x[h][i] = 0.0f;
+}
+
+__device__ __forceinline__ uint32_t shared_address(const float *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldmatrix4(frag &f, const float *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                 : "r"(shared_address(row)));
+}
+
+__device__ __forceinline__ uint32_t load_shared(const float *p)
+{
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(shared_address(p)));
+    return v;
+}
+
+/* A [16][8] by rows at p (stride ld). */
+__device__ __forceinline__ void load_a_rows(frag &f, const float *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4(f, p + (lane & 15) * ld + (lane >> 4) * 4);
+}
+
+/* B [8][16] stored by columns: p points at n = 0, k = 0 of rows [n][k]. */
+__device__ __forceinline__ void load_b_cols(frag &f, const float *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4(f, p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 4);
+}
+
+/* B [8][16] stored by rows [k][n] at p. */
+__device__ __forceinline__ void load_b_rows(frag &f, const float *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    f.x[0] = load_shared(p + t * ld + g);
+    f.x[1] = load_shared(p + (t + 4) * ld + g);
+    f.x[2] = load_shared(p + t * ld + g + 8);
+    f.x[3] = load_shared(p + (t + 4) * ld + g + 8);
+}
+
+/* A [16][8] stored by columns [k][m] at p. */
+__device__ __forceinline__ void load_a_cols(frag &f, const float *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    f.x[0] = load_shared(p + t * ld + g);
+    f.x[1] = load_shared(p + t * ld + g + 8);
+    f.x[2] = load_shared(p + (t + 4) * ld + g);
+    f.x[3] = load_shared(p + (t + 4) * ld + g + 8);
+}
+
+/* x = hi + lo: hi rounded to TF32, lo the rest (exact). The tensor cores
+ * read only a TF32's bits of lo (its low 13 bits are ignored), so lo
+ * carries the next 11 bits of x: hi + lo holds about 21 of fp32's 24. */
+__device__ __forceinline__ void split(frag &hi, frag &lo, const frag &x)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v = __uint_as_float(x.x[i]);
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi.x[i]) : "f"(v));
+        lo.x[i] = __float_as_uint(v - __uint_as_float(hi.x[i]));
+    }
+}
+
+/* c (16 x 8) += a b for one B half (h = 0 or 1 of a B fragment). */
+__device__ __forceinline__ void mma(float (&c)[4], const frag &a, const frag &b, int h)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[2 * h]),
+          "r"(b.x[2 * h + 1]));
+}
+
+/* c += a b for the split operands, small terms first: a_lo b_hi + a_hi
+ * b_lo + a_hi b_hi ("3xTF32"; a_lo b_lo is below fp32's rounding). */
+__device__ __forceinline__ void mma3(tile &c, const frag &a, const frag &a_lo, const frag &b,
+                                     const frag &b_lo)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mma(c.x[h], a_lo, b, h);
+        mma(c.x[h], a, b_lo, h);
+        mma(c.x[h], a, b, h);
+    }
+}
+
+/* The layouts of the two operands of a product (see the top of the file). */
+enum layout { A_ROWS, A_COLS, B_ROWS, B_COLS };
+
+template <layout L> __device__ __forceinline__ void load(frag &f, const float *p, int32_t ld)
+{
+    if (L == A_ROWS)
+        load_a_rows(f, p, ld);
+    else if (L == A_COLS)
+        load_a_cols(f, p, ld);
+    else if (L == B_ROWS)
+        load_b_rows(f, p, ld);
+    else
+        load_b_cols(f, p, ld);
+}
+
+/* Where k-step d of an operand starts: along rows for *_ROWS of A and
+ * *_COLS of B (k contiguous), down the rows otherwise. */
+template <layout L> __device__ __forceinline__ const float *step(const float *p, int32_t ld, int32_t d)
+{
+    return (L == A_ROWS || L == B_COLS) ? p + d : p + d * ld;
+}
+
+/* c += A[16 x depth] B[depth x 16] in 3xTF32, depth a multiple of 8. */
+template <layout LA, layout LB>
+__device__ __forceinline__ void product(tile &c, const float *a, int32_t lda, const float *b,
+                                        int32_t ldb, int32_t depth)
+{
+#pragma unroll 4
+    for (int32_t d = 0; d < depth; d += 8) {
+        frag x, y, x_hi, x_lo, y_hi, y_lo;
+        load<LA>(x, step<LA>(a, lda, d), lda);
+        load<LB>(y, step<LB>(b, ldb, d), ldb);
+        split(x_hi, x_lo, x);
+        split(y_hi, y_lo, y);
+        mma3(c, x_hi, x_lo, y_hi, y_lo);
+    }
+}
+
+/* Element i of half h of a tile: its row and column within the tile. */
+__device__ __forceinline__ int32_t tile_row(int i) { return ((threadIdx.x & 31) >> 2) + (i >> 1) * 8; }
+__device__ __forceinline__ int32_t tile_col(int h, int i)
+{
+    return h * 8 + (threadIdx.x & 3) * 2 + (i & 1);
+}
+
+/* Stores a tile row-major at p (stride ld), to shared or global memory. */
+__device__ __forceinline__ void store(float *p, int32_t ld, const tile &c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i += 2)
+            *(float2 *)(p + tile_row(i) * ld + tile_col(h, i)) = make_float2(c.x[h][i], c.x[h][i + 1]);
+}
+
+/* Stores the transpose of a tile (element (r, c) at p[c * ld + r]). */
+__device__ __forceinline__ void store_transposed(float *p, int32_t ld, const tile &c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            p[tile_col(h, i) * ld + tile_row(i)] = c.x[h][i];
+}
+
+/* Loads a tile stored row-major at p. */
+__device__ __forceinline__ void load(tile &c, const float *p, int32_t ld)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i += 2) {
+            float2 v = *(const float2 *)(p + tile_row(i) * ld + tile_col(h, i));
+            c.x[h][i] = v.x;
+            c.x[h][i + 1] = v.y;
+        }
+}
+
+} /* namespace tc */
+} /* namespace ssm */
+#endif
