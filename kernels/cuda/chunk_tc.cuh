@@ -175,24 +175,34 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     const tc_record L = tc_record_layout(K, V);
     float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
 
+    /* The passes over [C][K]: thread tid takes key channel x = tid % K of
+     * tokens tid / K, + SSM_TC_THREADS / K, ... (K divides the block). */
+    constexpr int32_t step = SSM_TC_THREADS / K;
+    const int32_t x = tid % K, t_first = tid / K;
+
     /* Stage k, q, beta and the raw log-decays; tokens past c are zeros (their
      * rows of A, T, W and Uv come out zero or unit, so the scan can run
      * whole 64-token chunks). */
+    {
+        const int64_t at = (int64_t)first * a.k_token + (int64_t)key_head * K + x;
+        const float *k_in = a.k + in_row * a.k_row + at, *q_in = a.q + in_row * a.q_row + at;
 #pragma unroll 8
-    for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
-        int32_t t = i / K, x = i % K;
-        bool live = t < c;
-        int64_t at = (int64_t)key_head * K + x;
-        kc[t * LK + x] = live ? a.k[in_row * a.k_row + (first + t) * a.k_token + at] : 0.0f;
-        qc[t * LK + x] = live ? a.q[in_row * a.q_row + (first + t) * a.q_token + at] : 0.0f;
+        for (int32_t t = t_first; t < C; t += step) {
+            bool live = t < c;
+            kc[t * LK + x] = live ? k_in[(int64_t)t * a.k_token] : 0.0f;
+            qc[t * LK + x] = live ? q_in[(int64_t)t * a.q_token] : 0.0f;
+        }
     }
     for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
         beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
+    if (gk == 1) {
+        for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
+            G[t] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + h] : 0.0f;
+    } else {
+        const float *g_in = a.g + in_row * a.g_row + (int64_t)first * a.g_token + (int64_t)h * K + x;
 #pragma unroll 8
-    for (int32_t i = tid; i < C * gk; i += SSM_TC_THREADS) {
-        int32_t t = i / gk, x = i % gk;
-        G[i] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + (int64_t)h * gk + x]
-                     : 0.0f;
+        for (int32_t t = t_first; t < C; t += step)
+            G[t * K + x] = t < c ? g_in[(int64_t)t * a.g_token] : 0.0f;
     }
     __syncthreads();
     chunk_running_sum(G, C, gk, SSM_TC_THREADS);
@@ -207,8 +217,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
 
     /* The record's parts that are one pass over k and q. */
 #pragma unroll 4
-    for (int32_t i = tid; i < C * K; i += SSM_TC_THREADS) {
-        int32_t t = i / K, x = i % K;
+    for (int32_t t = t_first; t < C; t += step) {
+        const int32_t i = t * K + x;
         float up, down;
         if (gk == 1) {
             up = grow[t];
@@ -220,8 +230,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
         rec[L.Qg + i] = up * qc[t * LK + x];
         rec[L.Kd + i] = down * kc[t * LK + x];
     }
-    for (int32_t x = tid; x < K; x += SSM_TC_THREADS)
-        rec[L.decay + x] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : x)]);
+    if (tid < K)
+        rec[L.decay + tid] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : tid)]);
 
     /* A and QK, raw sums first (A without beta, both without the decay for GDN). */
     if (gk == 1) {
@@ -249,14 +259,13 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             const int32_t ref = I * B - 1, end = I * B + B - 1;
             float *lk = scratch, *lq = lk + B * LK, *rk = lq + B * LK;
             int wide = 0;
-            for (int32_t x = tid; x < K; x += SSM_TC_THREADS)
-                wide |= (ref < 0 ? 0.0f : G[ref * gk + x]) - G[end * gk + x] > SSM_TC_SPAN;
+            if (tid < K)
+                wide = (ref < 0 ? 0.0f : G[ref * gk + tid]) - G[end * gk + tid] > SSM_TC_SPAN;
             /* also: the previous row block's products are done with scratch */
             wide = __syncthreads_or(wide);
             const int32_t right = (wide ? I : I + 1) * B;
-            for (int32_t e = tid; e < (2 * B + right) * K; e += SSM_TC_THREADS) {
-                int32_t row = e / K, x = e % K;
-                float gr = ref < 0 ? 0.0f : G[ref * gk + x];
+            const float gr = ref < 0 ? 0.0f : G[ref * gk + x];
+            for (int32_t row = t_first; row < 2 * B + right; row += step) {
                 if (row < 2 * B) {
                     int32_t t = I * B + row % B;
                     const float *src = row < B ? kc : qc;
@@ -359,8 +368,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
 
     /* W = T (beta e^G K), straight to the record. */
     const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
-    for (int32_t e = tid; e < C * K; e += SSM_TC_THREADS) {
-        int32_t t = e / K, x = e % K;
+    for (int32_t t = t_first; t < C; t += step) {
         float up = gk == 1 ? grow[t] : ssm_expf(G[t * gk + x]);
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
@@ -369,13 +377,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     __syncthreads();
     /* Uv = T (beta V). */
     const Act *values = (const Act *)a.v;
-#pragma unroll 8
-    for (int32_t e = tid; e < C * V; e += SSM_TC_THREADS) {
-        int32_t t = e / V, x = e % V;
-        scratch[t * LVr + x] =
-            t < c ? beta[t] * load(values + in_row * a.v_row + (first + t) * a.v_token +
-                                   (int64_t)h * V + x)
-                  : 0.0f;
+    for (int32_t t = warp; t < C; t += SSM_TC_THREADS / 32) {
+        const Act *v_in = values + in_row * a.v_row + (int64_t)(first + t) * a.v_token + (int64_t)h * V;
+        for (int32_t y = lane; y < V; y += 32)
+            scratch[t * LVr + y] = t < c ? beta[t] * load(v_in + y) : 0.0f;
     }
     __syncthreads();
     tc::times_T(T, LC, scratch, LVr, V, rec + L.Uv, warp);
