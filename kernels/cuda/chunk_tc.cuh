@@ -105,6 +105,15 @@ __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
     return SSM_TC_ROWS * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
+/* e^x for the decay factors of the tensor-core prepare: CUDA's exp2f (two
+ * ulps, on the special-function unit) of x log2(e), a few instructions where
+ * kernels/math.h's ssm_expf takes about thirty; KDA forms one per key
+ * channel and token several times over. The extra error, under 2^-24 |x|
+ * relative, is far inside what separates this path from chunk.c's sums
+ * anyway (tests/gpu/check_chunk_cuda: within 1e-4 of the CPU's chunked form
+ * with an fp32 state, measured about 1e-6). NaN stays NaN, e^-inf is 0. */
+__device__ __forceinline__ float chunk_exp(float x) { return exp2f(x * 1.4426950408889634f); }
+
 /* The tensor-core path runs these shapes (K a template argument of the
  * kernels, so their index arithmetic folds). */
 inline bool chunk_tc_supported(int32_t K, int32_t V)
@@ -209,8 +218,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     __syncthreads();
     if (gk == 1) {
         for (int32_t t = tid; t < C; t += SSM_TC_THREADS) {
-            grow[t] = ssm_expf(G[t]);
-            shrink[t] = ssm_expf(G[C - 1] - G[t]);
+            grow[t] = chunk_exp(G[t]);
+            shrink[t] = chunk_exp(G[C - 1] - G[t]);
         }
         __syncthreads();
     }
@@ -224,14 +233,14 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             up = grow[t];
             down = shrink[t];
         } else {
-            up = ssm_expf(G[t * gk + x]);
-            down = ssm_expf(G[(C - 1) * gk + x] - G[t * gk + x]);
+            up = chunk_exp(G[t * gk + x]);
+            down = chunk_exp(G[(C - 1) * gk + x] - G[t * gk + x]);
         }
         rec[L.Qg + i] = up * qc[t * LK + x];
         rec[L.Kd + i] = down * kc[t * LK + x];
     }
     if (tid < K)
-        rec[L.decay + tid] = ssm_expf(G[(C - 1) * gk + (gk == 1 ? 0 : tid)]);
+        rec[L.decay + tid] = chunk_exp(G[(C - 1) * gk + (gk == 1 ? 0 : tid)]);
 
     /* A and QK, raw sums first (A without beta, both without the decay for GDN). */
     if (gk == 1) {
@@ -269,10 +278,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                 if (row < 2 * B) {
                     int32_t t = I * B + row % B;
                     const float *src = row < B ? kc : qc;
-                    lk[row * LK + x] = ssm_expf(G[t * gk + x] - gr) * src[t * LK + x];
+                    lk[row * LK + x] = chunk_exp(G[t * gk + x] - gr) * src[t * LK + x];
                 } else {
                     int32_t i = row - 2 * B;
-                    rk[i * LK + x] = ssm_expf(gr - G[i * gk + x]) * kc[i * LK + x];
+                    rk[i * LK + x] = chunk_exp(gr - G[i * gk + x]) * kc[i * LK + x];
                 }
             }
             __syncthreads();
@@ -291,7 +300,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                     continue; /* the whole warp */
                 float kk = 0.0f, kq = 0.0f;
                 for (int32_t x = lane; x < K; x += 32) {
-                    float d = ssm_expf(G[t * gk + x] - G[i * gk + x]);
+                    float d = chunk_exp(G[t * gk + x] - G[i * gk + x]);
                     kk += d * kc[i * LK + x] * kc[t * LK + x];
                     kq += d * kc[i * LK + x] * qc[t * LK + x];
                 }
@@ -308,7 +317,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     /* The decay of each pair (GDN), beta on A's rows, zeros above the diagonals. */
     for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS) {
         int32_t t = e / C, i = e % C;
-        float d = gk == 1 ? ssm_expf(G[t] - G[i]) : 1.0f;
+        float d = gk == 1 ? chunk_exp(G[t] - G[i]) : 1.0f;
         A[t * LC + i] = i < t ? beta[t] * d * A[t * LC + i] : 0.0f;
         QK[t * LC + i] = i <= t ? d * QK[t * LC + i] : 0.0f;
     }
@@ -369,7 +378,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     /* W = T (beta e^G K), straight to the record. */
     const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
     for (int32_t t = t_first; t < C; t += step) {
-        float up = gk == 1 ? grow[t] : ssm_expf(G[t * gk + x]);
+        float up = gk == 1 ? grow[t] : chunk_exp(G[t * gk + x]);
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
