@@ -1,7 +1,8 @@
 /* State pages (SPEC 5, issue 6): a slot's canonical form behind a
  * self-describing, checksummed header. docs/pages.md gives the layout byte
  * by byte; this file writes and reads it, and holds the page to the context
- * before anything is loaded. Host-memory pages of CPU contexts so far. */
+ * before anything is loaded. Host-memory pages, of CPU contexts and of CUDA
+ * contexts (through a device staging buffer: core/page_device.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "core/config_limits.h"
 #include "core/context.h"
 #include "core/internal.h"
+#include "core/page_device.h"
 #include "kernels/math.h" /* the fp32 bit casts */
 
 enum {
@@ -325,24 +327,35 @@ static ssm_status page_matches(const ssm_ctx *ctx, const ssm_page_info *page)
     return SSM_OK;
 }
 
-/* Pointers to each layer's conv window and state inside a page's payload. */
-static int payload_pointers(const ssm_page_info *i, unsigned char *payload, void ***conv,
-                            void ***state)
+/* Arrays of a pointer per layer, for payload_point. */
+static int pointers_alloc(const ssm_page_info *i, void ***conv, void ***state)
 {
-    int32_t layers = i->model.layers;
-    *conv = malloc(sizeof(void *) * (size_t)layers);
-    *state = malloc(sizeof(void *) * (size_t)layers);
-    if (!*conv || !*state) {
-        free(*conv);
-        free(*state);
-        return 0;
-    }
+    *conv = malloc(sizeof(void *) * (size_t)i->model.layers);
+    *state = malloc(sizeof(void *) * (size_t)i->model.layers);
+    if (*conv && *state)
+        return 1;
+    free(*conv);
+    free(*state);
+    *conv = *state = NULL;
+    return 0;
+}
+
+/* Points conv[l] and state[l] at layer l's conv window and state in a
+ * payload of layout i, in host or device memory alike. */
+static void payload_point(const ssm_page_info *i, unsigned char *payload, void **conv,
+                          void **state)
+{
     uint64_t c = conv_bytes(i), s = state_bytes(i);
-    for (int32_t l = 0; l < layers; l++) {
-        (*conv)[l] = payload + (uint64_t)l * (c + s);
-        (*state)[l] = payload + (uint64_t)l * (c + s) + c;
+    for (int32_t l = 0; l < i->model.layers; l++) {
+        conv[l] = payload + (uint64_t)l * (c + s);
+        state[l] = payload + (uint64_t)l * (c + s) + c;
     }
-    return 1;
+}
+
+/* Whether the context's canonical forms live in device memory (CUDA). */
+static int on_device(const ssm_ctx *ctx)
+{
+    return ctx->config->device.type != SSM_DEVICE_CPU;
 }
 
 /* What export and import ask of the slot and the context. */
@@ -354,13 +367,55 @@ static ssm_status page_slot_checks(ssm_ctx *ctx, int32_t slot, const char *what)
     if (ssm_tickets_pending(&ctx->tickets, slot))
         return ssm_error_set(SSM_ERR_VERIFY_PENDING,
                              "slot %d has an uncommitted verify; commit before %s", slot, what);
-    if (ctx->config->device.type != SSM_DEVICE_CPU)
-        return ssm_error_set(SSM_ERR_UNSUPPORTED,
-                             "%s: host pages of a CUDA context are not implemented yet", what);
     if (!ctx->mode->export_slot || !ctx->mode->import_slot)
         return ssm_error_set(SSM_ERR_UNSUPPORTED, "mode '%s' cannot move slots",
                              ctx->mode->name);
     return SSM_OK;
+}
+
+/* The mode's export of `slot` into `out`, a host page of layout i (checked:
+ * room for i->page_bytes), then the checksums and the header. A CUDA
+ * context exports into `staging` (device memory of the payload's size),
+ * which is then copied into the page; a CPU context (staging NULL) exports
+ * into the page itself. */
+static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsigned char *out,
+                              const ssm_page_staging *staging)
+{
+    void **conv, **state;
+    if (!pointers_alloc(i, &conv, &state))
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    unsigned char *payload = out + PAGE_HEADER_BYTES;
+    payload_point(i, staging ? staging->device : payload, conv, state);
+    ssm_canonical_v1 dst = {sizeof dst, conv, state};
+    ssm_status status = ctx->mode->export_slot(ctx->instance, slot, &dst, NULL);
+    free(conv);
+    free(state);
+    if (status == SSM_OK && staging)
+        status = ssm_page_staging_read(staging, 0, payload, (size_t)i->payload_bytes);
+    if (status != SSM_OK)
+        return status;
+    i->payload_crc = ssm_crc32c(payload, (size_t)i->payload_bytes);
+    header_write(out, i);
+    return SSM_OK;
+}
+
+/* Exports slots[k] into the page at pages + k * stride, the slots and room
+ * already checked. A CUDA context's go through one staging buffer, in turn. */
+static ssm_status export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                               unsigned char *pages, size_t stride)
+{
+    ssm_page_info i;
+    info_of_context(ctx, &i);
+    ssm_page_staging staging;
+    ssm_status status = on_device(ctx)
+                            ? ssm_page_staging_open(ctx, (size_t)i.payload_bytes, &staging)
+                            : SSM_OK;
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = export_into(ctx, slots[k], &i, pages + (size_t)k * stride,
+                             on_device(ctx) ? &staging : NULL);
+    if (on_device(ctx))
+        ssm_page_staging_close(&staging);
+    return status;
 }
 
 ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t capacity)
@@ -370,33 +425,20 @@ ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t c
     ssm_status status = page_slot_checks(ctx, slot, "exporting a page");
     if (status != SSM_OK)
         return status;
-    ssm_page_info i;
-    info_of_context(ctx, &i);
-    if ((uint64_t)capacity < i.page_bytes)
+    if ((uint64_t)capacity < ssm_page_bytes(ctx))
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
-                             "a page of this context takes %llu bytes; the buffer has %zu",
-                             (unsigned long long)i.page_bytes, capacity);
-    unsigned char *bytes = page;
-    void **conv, **state;
-    if (!payload_pointers(&i, bytes + PAGE_HEADER_BYTES, &conv, &state))
-        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    ssm_canonical_v1 dst = {sizeof dst, conv, state};
-    status = ctx->mode->export_slot(ctx->instance, slot, &dst, NULL);
-    free(conv);
-    free(state);
-    if (status != SSM_OK)
-        return status;
-    i.payload_crc = ssm_crc32c(bytes + PAGE_HEADER_BYTES, (size_t)i.payload_bytes);
-    header_write(bytes, &i);
-    return SSM_OK;
+                             "a page of this context takes %zu bytes; the buffer has %zu",
+                             ssm_page_bytes(ctx), capacity);
+    return export_pages(ctx, 1, &slot, page, capacity);
 }
 
-/* A page checked against the context, ready to load: canonical pointers
- * into it, or into `taken` (the context's heads copied out of a page that
- * holds more). */
+/* A page checked against the context, ready to load: its payload of the
+ * context's heads (in the page, or in `taken`, the context's heads copied
+ * out of a page that holds more), and the pointer arrays to load it by. */
 typedef struct prepared_import {
-    void **conv, **state;
+    const unsigned char *payload;
     unsigned char *taken;
+    void **conv, **state;
 } prepared_import;
 
 static void import_release(prepared_import *p)
@@ -407,8 +449,9 @@ static void import_release(prepared_import *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Every check of an import, and the allocations it needs: after this, only
- * the mode's own import is left. Nothing is touched on an error. */
+/* Every check of an import, and the host allocations it needs: after this,
+ * only staging (on a CUDA context) and the mode's own import are left.
+ * Nothing is touched on an error. */
 static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes,
                                  prepared_import *p)
 {
@@ -422,28 +465,62 @@ static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, s
     if (status != SSM_OK)
         return status;
     info_of_context(ctx, &want);
-    unsigned char *payload = (unsigned char *)page + PAGE_HEADER_BYTES;
+    p->payload = (const unsigned char *)page + PAGE_HEADER_BYTES;
     if (i.head_first != want.head_first || i.head_end != want.head_end) {
         p->taken = malloc((size_t)want.payload_bytes);
         if (!p->taken)
             return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
-        copy_slice(&i, payload, &want, p->taken, 0);
-        payload = p->taken;
-        i = want;
+        copy_slice(&i, (unsigned char *)p->payload, &want, p->taken, 0);
+        p->payload = p->taken;
     }
-    if (!payload_pointers(&i, payload, &p->conv, &p->state)) {
+    if (!pointers_alloc(&want, &p->conv, &p->state)) {
         import_release(p);
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
     }
     return SSM_OK;
 }
 
+/* The mode's import of a payload p's pointers point at. */
 static ssm_status import_load(ssm_ctx *ctx, int32_t slot, const prepared_import *p)
 {
     ssm_canonical_v1 src = {sizeof src, p->conv, p->state};
     ssm_status status = ctx->mode->import_slot(ctx->instance, slot, &src, NULL);
-    if (status == SSM_OK)
+    if (status == SSM_OK) {
         ctx->slot_flags[slot] = 0; /* the page's state replaces whatever was flagged */
+        ssm_device_flags_clear(ctx, slot, NULL);
+    }
+    return status;
+}
+
+/* Loads prepared pages into slots[k]. A CUDA context copies every payload
+ * into one staging buffer (count payloads) before any import, so a failed
+ * allocation or copy leaves every slot as it was; then the modes' imports
+ * run from it and are waited for. */
+static ssm_status import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                               prepared_import *p)
+{
+    ssm_page_info i;
+    info_of_context(ctx, &i);
+    const size_t bytes = (size_t)i.payload_bytes;
+    ssm_page_staging staging;
+    ssm_status status =
+        on_device(ctx) ? ssm_page_staging_open(ctx, bytes * (size_t)count, &staging) : SSM_OK;
+    for (int32_t k = 0; k < count && status == SSM_OK; k++) {
+        unsigned char *payload = (unsigned char *)p[k].payload;
+        if (on_device(ctx)) {
+            status = ssm_page_staging_write(&staging, (size_t)k * bytes, payload, bytes);
+            payload = staging.device + (size_t)k * bytes;
+        }
+        payload_point(&i, payload, p[k].conv, p[k].state);
+    }
+    /* Every payload in place: the loads that are left are the modes' own copies. */
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = import_load(ctx, slots[k], &p[k]);
+    if (on_device(ctx)) {
+        if (status == SSM_OK)
+            status = ssm_page_staging_wait(&staging);
+        ssm_page_staging_close(&staging);
+    }
     return status;
 }
 
@@ -454,7 +531,7 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
     prepared_import p;
     ssm_status status = import_prepare(ctx, slot, page, bytes, &p);
     if (status == SSM_OK)
-        status = import_load(ctx, slot, &p);
+        status = import_pages(ctx, 1, &slot, &p);
     import_release(&p);
     return status;
 }
@@ -489,10 +566,7 @@ ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
                                        "ssm_slots_export_pages");
     for (int32_t k = 0; k < count && status == SSM_OK; k++)
         status = page_slot_checks(ctx, slots[k], "exporting a page");
-    for (int32_t k = 0; k < count && status == SSM_OK; k++)
-        status = ssm_slot_export_page(ctx, slots[k], (unsigned char *)pages + (size_t)k * stride,
-                                      stride);
-    return status;
+    return status != SSM_OK ? status : export_pages(ctx, count, slots, pages, stride);
 }
 
 ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
@@ -517,9 +591,9 @@ ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
                                    (int)ready, (int)slots[ready], why);
         }
     }
-    /* Every page checked: the loads that are left are the modes' own copies. */
-    for (int32_t k = 0; k < count && status == SSM_OK; k++)
-        status = import_load(ctx, slots[k], &prepared[k]);
+    /* Every page checked: what is left are staging and the modes' own copies. */
+    if (status == SSM_OK)
+        status = import_pages(ctx, count, slots, prepared);
     for (int32_t k = 0; k < count; k++)
         import_release(&prepared[k]);
     free(prepared);

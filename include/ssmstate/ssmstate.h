@@ -313,26 +313,37 @@ typedef struct ssm_page_info {
 size_t ssm_page_bytes(const ssm_ctx *ctx);
 
 /* Writes `slot`'s page to host memory `page` (`capacity` >= ssm_page_bytes).
- * Never changes the slot (replay's history is folded into the page). CPU
- * contexts for now (CUDA: SSM_ERR_UNSUPPORTED). Errors:
- * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE, SSM_ERR_SLOT_NOT_ACQUIRED,
- * SSM_ERR_VERIFY_PENDING, SSM_ERR_UNSUPPORTED, SSM_ERR_OUT_OF_MEMORY. */
+ * Never changes the slot (replay's history is folded into the page).
+ * Host pages of a CUDA context are synchronous and take no stream: the call
+ * waits for all work queued on the context's device, exports into a staging
+ * buffer there (payload bytes, from the device allocator) on the default
+ * stream, copies it to `page` and waits for the copy. Not for the step path,
+ * nor during graph capture; it makes the context's device current and then
+ * the caller's again. Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE,
+ * SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING, SSM_ERR_UNSUPPORTED,
+ * SSM_ERR_OUT_OF_MEMORY, SSM_ERR_DEVICE (CUDA). */
 ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t capacity);
 
 /* Loads a page of `bytes` bytes into acquired `slot`, replacing its state,
  * window and the mode's scratch for it, and clearing its flags. The page
  * must hold the context's value heads (all of them, or more: a rank takes
  * its heads from a whole page). Everything is checked first
- * (ssm_page_inspect, then the page against the context): on any error the
- * slot is as it was. Errors: those of ssm_slot_export_page,
- * SSM_ERR_PAGE_INVALID (naming the field or checksum that failed). */
+ * (ssm_page_inspect, then the page against the context) on the host; a CUDA
+ * context then copies the payload into a staging buffer on its device, as
+ * export does (synchronous, no stream), and only then loads. On any error
+ * the slot is as it was, save an SSM_ERR_DEVICE raised by the load itself.
+ * Errors: those of ssm_slot_export_page, SSM_ERR_PAGE_INVALID (naming the
+ * field or checksum that failed). */
 ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes);
 
 /* Batched forms: page k of slots[k] at pages + k * stride (stride >=
  * ssm_page_bytes; a page may be shorter than its stride). Every slot (and for
  * import every page) is checked before any is exported or loaded; a slot
  * named twice is refused. Import loads all the pages or, on any error, none
- * (the message names the page). Errors: those of the one-slot forms. */
+ * (the message names the page). On a CUDA context both are synchronous like
+ * the one-slot forms; export stages one payload at a time, import stages
+ * all `count` payloads on the device before loading any. Errors: those of
+ * the one-slot forms. */
 ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots, void *pages,
                                   size_t stride);
 ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
