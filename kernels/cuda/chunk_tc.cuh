@@ -44,15 +44,14 @@
 namespace ssm {
 
 #define SSM_TC_THREADS 256 /* eight warps */
-#define SSM_TC_ROWS 32     /* value rows of a scan block: 4 x 2 tiles of U, 8 warps */
-#define SSM_TC_OUT_COLS 64 /* value columns of an output block: 4 x 4 tiles, 2 a warp */
+#define SSM_TC_ROWS 32     /* value rows of a scan block: 4 x 2 tiles of U and o, 8 warps */
 #define SSM_TC_SUB 16      /* a product tile's side; sub-chunks of the decay scaling */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
 
 /* A record's parts, in floats from its start; every part row-major and
  * 16-float aligned. */
 struct tc_record {
-    int64_t W, Qg, Kd, Uv, QK, decay, S0, floats;
+    int64_t W, Qg, Kd, Uv, QK, decay, floats;
 };
 
 __host__ __device__ inline tc_record tc_record_layout(int32_t K, int32_t V)
@@ -62,11 +61,10 @@ __host__ __device__ inline tc_record tc_record_layout(int32_t K, int32_t V)
     r.W = 0;                      /* [C][K] W = T (beta e^G K) */
     r.Qg = r.W + C * K;           /* [C][K] e^{G_t} q_t */
     r.Kd = r.Qg + C * K;          /* [C][K] e^{G_last - G_i} k_i */
-    r.Uv = r.Kd + C * K;          /* [C][V] T (beta V); the scan leaves U there */
+    r.Uv = r.Kd + C * K;          /* [C][V] T (beta V) */
     r.QK = r.Uv + C * V;          /* [C][C] the output weights, zero above the diagonal */
     r.decay = r.QK + C * C;       /* [K] e^{G_last} (GDN: element 0) */
-    r.S0 = align16(r.decay + K);  /* [V][K] the state at the chunk's start (the scan's) */
-    r.floats = r.S0 + (int64_t)V * K;
+    r.floats = align16(r.decay + K);
     return r;
 }
 
@@ -99,19 +97,12 @@ __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t
     return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC + scratch;
 }
 
-/* The state tile, W, Kd, Uv, U and the decay: under 113 KiB at K = 128,
- * so two blocks fit on an SM. */
+/* The state tile, W, Qg, Kd, Uv, U, o, QK and the decay. */
 __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
 {
-    size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LR = tc_pad_rows(SSM_TC_ROWS);
-    return SSM_TC_ROWS * LK + C * LK + C * tc_pad_rows(K) + 2 * C * LR + K;
-}
-
-/* e^G q, the value columns' starting state, QK and U. */
-__host__ __device__ inline size_t chunk_output_shared_floats(int32_t K)
-{
-    size_t C = SSM_CHUNK_TOKENS, N = SSM_TC_OUT_COLS;
-    return C * tc_pad(K) + N * tc_pad(K) + C * tc_pad(SSM_CHUNK_TOKENS) + C * tc_pad_rows(N);
+    size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS),
+           LR = tc_pad_rows(SSM_TC_ROWS);
+    return SSM_TC_ROWS * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
 /* e^x for the decay factors of the tensor-core prepare: CUDA's exp2f (two
@@ -406,16 +397,14 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
 
 /* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
  * chunk_scan_shared_floats floats of dynamic shared memory; after
- * chunk_prepare_kernel on the same arguments and work buffer. Leaves in each
- * record of its rows the chunk's starting state (S0) and U in Uv's place,
- * for chunk_output_kernel, and the state after the last chunk in place. */
+ * chunk_prepare_kernel on the same arguments and work buffer. */
 template <int K, class State, class Act>
-__global__ void __launch_bounds__(SSM_TC_THREADS, 2)
-    chunk_scan_kernel(chunk_args a, float *work, int32_t chunks)
+__global__ void __launch_bounds__(SSM_TC_THREADS, 1)
+    chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, V = a.V;
-    const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LR = tc_pad_rows(R);
+    const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C), LR = tc_pad_rows(R);
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
     const int32_t in_row = a.slots ? a.slots[r] : r;
@@ -427,28 +416,30 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
         return;
     /* with token_offsets a row may go on past this call's chunks */
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
-    float *S = shared, *W = S + R * LK, *Kd = W + C * LK, *Uv = Kd + C * LKr, *U = Uv + C * LR;
-    float *decay = U + C * LR;
+    float *S = shared, *W = S + R * LK, *Qg = W + C * LK, *Kd = Qg + C * LK;
+    float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
+    float *decay = QK + C * LC;
     const tc_record L = tc_record_layout(K, V);
     const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
                              (a.current ? a.current[in_row] : 0);
     State *state = (State *)a.state + (snapshot * a.HV + h) * (int64_t)V * K;
-    /* a multiple of 16 (V is), so a 16-row tile is wholly live or not */
+    Act *out = (Act *)a.out;
     const int32_t live_rows = V - e0 < R ? V - e0 : R;
-    auto record = [&](int32_t j) { return work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats; };
 
     /* The record parts of chunk j in two groups, in the order they are
-     * used: W and this block's columns of Uv, then Kd and the decay. */
+     * used: W, Uv and Qg (the products with the state), then QK, Kd and
+     * the decay. */
     auto stage = [&](int32_t j, int32_t part) {
         if (j < row_chunks) {
-            const float *rec = record(j);
+            const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
+            float *first = part == 0 ? W : Kd, *second = part == 0 ? Qg : QK;
 #pragma unroll
             for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
                 int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+                copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
+                                 rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
                 if (part == 0)
-                    copy_chunk_async(W + t * LK + x, rec + L.W + t * K + x, true);
-                else
-                    copy_chunk_async(Kd + t * LKr + x, rec + L.Kd + t * K + x, true);
+                    copy_chunk_async(second + t * LK + x, rec + L.Qg + t * K + x, true);
             }
             if (part == 0) {
                 for (int32_t e = tid; e < C * R / 4; e += SSM_TC_THREADS) {
@@ -458,6 +449,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                                      live);
                 }
             } else {
+                for (int32_t e = tid; e < C * C / 4; e += SSM_TC_THREADS) {
+                    int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
+                    copy_chunk_async(second + t * LC + x, rec + L.QK + t * C + x, true);
+                }
                 for (int32_t e = tid; e < K / 4; e += SSM_TC_THREADS)
                     copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
             }
@@ -470,45 +465,57 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
         int32_t v = e / K, x = e % K;
         S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
     }
-    /* Warp (I, J) owns tile (I, J) of U (C x R), and the state's two row
-     * tiles (R = 32 rows) of column block n (of K / 16) for n = warp. */
-    const int32_t I = warp / (R / B), J = warp % (R / B);
+    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and the state's two
+     * row tiles (R = 32 rows) of column block n (of K / 16) for n = warp. */
+    const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
     for (int32_t j = 0; j < row_chunks; j++) {
-        float *rec = record(j);
+        const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
         copy_async_wait<1>();
-        __syncthreads(); /* W and Uv of chunk j; the state after chunk j - 1 */
-        /* the chunk's starting state, for the outputs */
-        for (int32_t e = tid; e < live_rows * K / 4; e += SSM_TC_THREADS) {
-            int32_t v = e / (K / 4), x = 4 * (e % (K / 4));
-            *(float4 *)(rec + L.S0 + (int64_t)(e0 + v) * K + x) = *(const float4 *)(S + v * LK + x);
-        }
-        /* U = Uv - W S^T: to shared memory for the state, to Uv's place for the outputs */
-        tc::tile pu;
+        __syncthreads(); /* W, Uv, Qg of chunk j; the state after chunk j - 1 */
+        /* U = Uv - W S^T and o = (e^G q) S^T, one pass over S^T's fragments */
+        tc::tile pu, po;
         tc::zero(pu);
+        tc::zero(po);
 #pragma unroll 4
         for (int32_t d = 0; d < K; d += 8) {
-            tc::frag s, w, s_hi, s_lo, w_hi, w_lo;
+            tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
             tc::load_b_cols(s, S + J * B * LK + d, LK);
             tc::load_a_rows(w, W + I * B * LK + d, LK);
+            tc::load_a_rows(q, Qg + I * B * LK + d, LK);
             tc::split(s_hi, s_lo, s);
             tc::split(w_hi, w_lo, w);
+            tc::split(q_hi, q_lo, q);
             tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
+            tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
         }
         {
             tc::tile u;
             tc::load(u, Uv + I * B * LR + J * B, LR);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    u.x[hh][i] -= pu.x[hh][i];
+                    u.x[h][i] -= pu.x[h][i];
             tc::store(U + I * B * LR + J * B, LR, u);
-            if (J * B < live_rows)
-                tc::store(rec + L.Uv + I * B * V + e0 + J * B, V, u);
         }
         copy_async_wait<0>();
-        __syncthreads(); /* U is whole; Kd, decay of chunk j; W and Uv are free */
+        __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
+        /* o += QK U, this warp's tile out through its own place in O */
+        tc::product<tc::A_ROWS, tc::B_ROWS>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+        tc::store(O + I * B * LR + J * B, LR, po);
+        __syncwarp();
+        if (out) {
+            for (int32_t e = lane; e < B * B / 4; e += 32) {
+                int32_t t = I * B + e / (B / 4), v = J * B + 4 * (e % (B / 4));
+                if (t >= c || v >= live_rows)
+                    continue;
+                int64_t token = a.token_offsets
+                                    ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
+                                    : r * (a.out_row / a.out_token) + t0 + t;
+                store4(out + token * a.out_token + (int64_t)h * V + e0 + v, O + t * LR + v);
+            }
+        }
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
            (nothing else reads them until the next barrier) */
         for (int32_t n16 = warp; n16 < K / B; n16 += SSM_TC_THREADS / 32) {
@@ -517,12 +524,12 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             tc::load(s0, col, LK);
             tc::load(s1, col + B * LK, LK);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    float d = decay[a.gk == 1 ? 0 : n16 * B + tc::tile_col(hh, i)];
-                    s0.x[hh][i] *= d;
-                    s1.x[hh][i] *= d;
+                    float d = decay[a.gk == 1 ? 0 : n16 * B + tc::tile_col(h, i)];
+                    s0.x[h][i] *= d;
+                    s1.x[h][i] *= d;
                 }
 #pragma unroll 4
             for (int32_t d = 0; d < C; d += 8) {
@@ -537,100 +544,22 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                 tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
             }
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    s0.x[hh][i] = round_to((const State *)0, s0.x[hh][i]);
-                    s1.x[hh][i] = round_to((const State *)0, s1.x[hh][i]);
+                    s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
+                    s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
                 }
             tc::store(col, LK, s0);
             tc::store(col + B * LK, LK, s1);
         }
-        __syncthreads(); /* Kd and U are free */
+        __syncthreads(); /* QK, Kd and U are free */
         stage(j + 1, 1);
     }
     copy_async_wait<0>();
     for (int32_t e = tid; e < live_rows * K; e += SSM_TC_THREADS) {
         int32_t v = e / K, x = e % K;
         store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
-    }
-}
-
-/* Two consecutive outputs, rounded to the activation type. */
-__device__ __forceinline__ void store2(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
-__device__ __forceinline__ void store2(bf16 *p, float x, float y)
-{
-    *(uint32_t *)p = ssm_f32_to_bf16(x) | ((uint32_t)ssm_f32_to_bf16(y) << 16);
-}
-
-/* grid (ceil(V / SSM_TC_OUT_COLS), chunks * HV, rows), SSM_TC_THREADS
- * threads, chunk_output_shared_floats floats of dynamic shared memory;
- * after chunk_scan_kernel. Every chunk of every head at once:
- * o = (e^G q) S0^T + QK U for SSM_TC_OUT_COLS value columns, the products in
- * the order the fused scan took them, so the outputs do not depend on the
- * split into kernels. */
-template <int K, class Act>
-__global__ void __launch_bounds__(SSM_TC_THREADS, 2)
-    chunk_output_kernel(chunk_args a, const float *work, int32_t chunks)
-{
-    extern __shared__ float shared[];
-    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, N = SSM_TC_OUT_COLS, V = a.V;
-    const int32_t LK = tc_pad(K), LC = tc_pad(C), LN = tc_pad_rows(N);
-    const int32_t j = blockIdx.y / a.HV, h = blockIdx.y % a.HV, r = blockIdx.z,
-                  e0 = blockIdx.x * N;
-    const int32_t tid = threadIdx.x, warp = tid >> 5;
-    const int32_t in_row = a.slots ? a.slots[r] : r;
-    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags, false))
-        return;
-    const int32_t n = tc::row_tokens(a, r), t0 = j * C;
-    if (t0 >= n)
-        return;
-    const int32_t c = n - t0 < C ? n - t0 : C;
-    const int32_t live = V - e0 < N ? V - e0 : N; /* a multiple of 16 */
-    float *Qg = shared, *S0 = Qg + C * LK, *QK = S0 + N * LK, *U = QK + C * LC;
-    const tc_record L = tc_record_layout(K, V);
-    const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
-    for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
-        int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-        copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
-    }
-    for (int32_t e = tid; e < N * K / 4; e += SSM_TC_THREADS) {
-        int32_t v = e / (K / 4), x = 4 * (e % (K / 4));
-        bool ok = v < live;
-        copy_chunk_async(S0 + v * LK + x, rec + L.S0 + (int64_t)(ok ? e0 + v : 0) * K + x, ok);
-    }
-    for (int32_t e = tid; e < C * C / 4; e += SSM_TC_THREADS) {
-        int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
-        copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
-    }
-    for (int32_t e = tid; e < C * N / 4; e += SSM_TC_THREADS) {
-        int32_t t = e / (N / 4), x = 4 * (e % (N / 4));
-        bool ok = x < live;
-        copy_chunk_async(U + t * LN + x, rec + L.Uv + t * V + (ok ? e0 + x : 0), ok);
-    }
-    copy_async_commit();
-    copy_async_wait<0>();
-    __syncthreads();
-    Act *out = (Act *)a.out;
-    for (int32_t p = warp; p < (C / B) * (N / B); p += SSM_TC_THREADS / 32) {
-        const int32_t I = p / (N / B), J = p % (N / B);
-        if (J * B >= live || I * B >= c)
-            continue; /* the whole warp */
-        tc::tile o;
-        tc::zero(o);
-        tc::product<tc::A_ROWS, tc::B_COLS>(o, Qg + I * B * LK, LK, S0 + J * B * LK, LK, K);
-        tc::product<tc::A_ROWS, tc::B_ROWS>(o, QK + I * B * LC, LC, U + J * B, LN, (I + 1) * B);
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-            for (int i = 0; i < 4; i += 2) {
-                int32_t t = I * B + tc::tile_row(i), v = e0 + J * B + tc::tile_col(hh, i);
-                if (t >= c)
-                    continue;
-                int64_t token = a.token_offsets ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
-                                                : r * (a.out_row / a.out_token) + t0 + t;
-                store2(out + token * a.out_token + (int64_t)h * V + v, o.x[hh][i], o.x[hh][i + 1]);
-            }
     }
 }
 
@@ -662,8 +591,8 @@ inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chun
 
 /* The scan over the records launch_chunk_prepare wrote. */
 template <class State, class Act>
-inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
-                              cudaStream_t st)
+inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
+                              const float *work, cudaStream_t st)
 {
     size_t shared = chunk_scan_shared_floats(a.K) * sizeof(float);
     with_key_dim(a.K, [&](auto k) {
@@ -675,31 +604,13 @@ inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
     });
 }
 
-/* The outputs from the records the scan completed (nothing without a.out). */
-template <class Act>
-inline void launch_chunk_output(const chunk_args &a, int32_t rows, int32_t chunks,
-                                const float *work, cudaStream_t st)
-{
-    if (!a.out)
-        return;
-    size_t shared = chunk_output_shared_floats(a.K) * sizeof(float);
-    with_key_dim(a.K, [&](auto k) {
-        auto kernel = chunk_output_kernel<decltype(k)::value, Act>;
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        kernel<<<dim3((unsigned)((a.V + SSM_TC_OUT_COLS - 1) / SSM_TC_OUT_COLS),
-                      (unsigned)(chunks * a.HV), (unsigned)rows),
-                 SSM_TC_THREADS, shared, st>>>(a, work, chunks);
-    });
-}
-
-/* The three kernels. */
+/* Both kernels. */
 template <class State, class Act>
 inline void launch_chunk_tc(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
                             cudaStream_t st)
 {
     launch_chunk_prepare<State, Act>(a, rows, chunks, work, st);
     launch_chunk_scan<State, Act>(a, rows, chunks, work, st);
-    launch_chunk_output<Act>(a, rows, chunks, work, st);
 }
 
 } /* namespace ssm */

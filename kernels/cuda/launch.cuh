@@ -95,11 +95,10 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.chunked_prefill =
         chunk_shared_floats(g.d.K) * sizeof(float) <= (size_t)g.shared_optin;
     size_t prepare = chunk_prepare_shared_floats(g.d.K, g.d.V, g.d.kda ? g.d.K : 1),
-           scan = chunk_scan_shared_floats(g.d.K), output = chunk_output_shared_floats(g.d.K);
-    size_t widest = prepare > scan ? prepare : scan;
-    widest = widest > output ? widest : output;
+           scan = chunk_scan_shared_floats(g.d.K);
     g.tensor_core_prefill = g.chunked_prefill && prefill_work_bytes(p->model) > 0 &&
-                            widest * sizeof(float) <= (size_t)g.shared_optin;
+                            (prepare > scan ? prepare : scan) * sizeof(float) <=
+                                (size_t)g.shared_optin;
     /* A measuring knob, read once here, never in a step: the register budget
      * of multi-token jobs above SSM_LATENCY_ROWS rows, 6 blocks of 80
      * registers (the default) or 1 (no cap, no spills). docs/bench.md. */
