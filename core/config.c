@@ -131,21 +131,21 @@ void owned_free(config_owned *owned)
         return;
     for (int32_t s = 0; s < owned->config.mode_sections_count; s++) {
         for (int32_t i = 0; i < owned->options_count[s]; i++) {
-            free((char *)owned->options[s][i].key);
-            free((char *)owned->options[s][i].value);
+            ssm_free((char *)owned->options[s][i].key);
+            ssm_free((char *)owned->options[s][i].value);
         }
-        free(owned->options[s]);
-        free(owned->section_names[s]);
+        ssm_free(owned->options[s]);
+        ssm_free(owned->section_names[s]);
     }
-    free(owned->section_names);
-    free(owned->section_lines);
-    free(owned->options_count);
-    free(owned->options_capacity);
-    free(owned->options);
-    free(owned->mode);
-    free(owned->plugin_dir);
-    free(owned->source);
-    free(owned);
+    ssm_free(owned->section_names);
+    ssm_free(owned->section_lines);
+    ssm_free(owned->options_count);
+    ssm_free(owned->options_capacity);
+    ssm_free(owned->options);
+    ssm_free(owned->mode);
+    ssm_free(owned->plugin_dir);
+    ssm_free(owned->source);
+    ssm_free(owned);
 }
 
 /* Points the public struct at the owned arrays (they move as they grow). */
@@ -163,7 +163,7 @@ void owned_publish(config_owned *owned)
 
 static int grow_array(void **array, size_t element_size, int32_t capacity)
 {
-    void *grown = realloc(*array, element_size * (size_t)capacity);
+    void *grown = ssm_realloc(*array, element_size * (size_t)capacity);
     if (!grown)
         return 0;
     *array = grown;
@@ -187,7 +187,7 @@ int32_t owned_add_section(config_owned *owned, const char *name, size_t name_len
             return -1;
         owned->sections_capacity = capacity;
     }
-    char *copy = strndup(name, name_len);
+    char *copy = ssm_strndup(name, name_len);
     if (!copy)
         return -1;
     owned->section_names[count] = copy;
@@ -209,11 +209,11 @@ int owned_add_option(config_owned *owned, int32_t section, const char *key,
             return 0;
         owned->options_capacity[section] = capacity;
     }
-    char *key_copy = strdup(key);
-    char *value_copy = strdup(value);
+    char *key_copy = ssm_strdup(key);
+    char *value_copy = ssm_strdup(value);
     if (!key_copy || !value_copy) {
-        free(key_copy);
-        free(value_copy);
+        ssm_free(key_copy);
+        ssm_free(value_copy);
         return 0;
     }
     owned->options[section][count] = (ssm_mode_option){key_copy, value_copy, line};
@@ -223,7 +223,7 @@ int owned_add_option(config_owned *owned, int32_t section, const char *key,
 
 config_owned *owned_new(void)
 {
-    config_owned *owned = calloc(1, sizeof *owned);
+    config_owned *owned = ssm_calloc(1, sizeof *owned);
     if (owned)
         ssm_config_defaults(&owned->config);
     return owned;
@@ -261,7 +261,7 @@ static int copy_string(const char *from, char **to)
     *to = NULL;
     if (!from)
         return 1;
-    *to = strdup(from);
+    *to = ssm_strdup(from);
     return *to != NULL;
 }
 
@@ -295,7 +295,7 @@ ssm_status ssm_config_clone(const ssm_config *config, ssm_config **out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "ssm_config_clone: mode sections: count %d with missing arrays",
                              (int)config->mode_sections_count);
-    config_owned *owned = calloc(1, sizeof *owned);
+    config_owned *owned = ssm_calloc(1, sizeof *owned);
     if (!owned)
         return fail_out_of_memory(config->source);
     owned->config = *config;

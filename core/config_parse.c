@@ -144,7 +144,7 @@ static char *join_path(const char *dir, const char *name)
 {
     size_t dir_len = strlen(dir);
     int need_slash = dir_len > 0 && dir[dir_len - 1] != '/';
-    char *path = malloc(dir_len + (size_t)need_slash + strlen(name) + 1);
+    char *path = ssm_malloc(dir_len + (size_t)need_slash + strlen(name) + 1);
     if (path)
         sprintf(path, "%s%s%s", dir, need_slash ? "/" : "", name);
     return path;
@@ -155,14 +155,14 @@ static char *directory_of(const char *config_path)
 {
     const char *slash = config_path ? strrchr(config_path, '/') : NULL;
     if (slash && config_path[0] == '/')
-        return strndup(config_path, slash == config_path ? 1 : (size_t)(slash - config_path));
-    char *cwd = getcwd(NULL, 0);
+        return ssm_strndup(config_path, slash == config_path ? 1 : (size_t)(slash - config_path));
+    char *cwd = ssm_getcwd();
     if (!cwd || !slash)
         return cwd;
-    char *relative = strndup(config_path, (size_t)(slash - config_path));
+    char *relative = ssm_strndup(config_path, (size_t)(slash - config_path));
     char *dir = relative ? join_path(cwd, relative) : NULL;
-    free(relative);
-    free(cwd);
+    ssm_free(relative);
+    ssm_free(cwd);
     return dir;
 }
 
@@ -172,12 +172,12 @@ static char *directory_of(const char *config_path)
 static char *resolve_plugin_dir(const char *config_path, const char *plugin_dir)
 {
     if (plugin_dir[0] == '/' || plugin_dir[0] == '\0')
-        return strdup(plugin_dir);
+        return ssm_strdup(plugin_dir);
     char *dir = directory_of(config_path);
     if (!dir)
         return NULL;
     char *resolved = join_path(dir, plugin_dir);
-    free(dir);
+    ssm_free(dir);
     return resolved;
 }
 
@@ -258,8 +258,8 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
         return SSM_OK;
     }
     case KEY_MODE:
-        free(owned->mode);
-        owned->mode = strdup(value);
+        ssm_free(owned->mode);
+        owned->mode = ssm_strdup(value);
         c->mode = owned->mode;
         return owned->mode ? SSM_OK : parse_out_of_memory(ps);
     case KEY_STATE_DTYPE:
@@ -275,9 +275,11 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
                    ? SSM_OK
                    : fail_value(ps, key, value, PARSE_BAD, "cpu, cuda, cuda:N");
     case KEY_PLUGIN_DIR:
-        free(owned->plugin_dir);
+        ssm_free(owned->plugin_dir);
         owned->plugin_dir = resolve_plugin_dir(ps->config_path, value);
         c->plugin_dir = owned->plugin_dir;
+        if (!owned->plugin_dir && errno == ENOMEM)
+            return parse_out_of_memory(ps);
         if (!owned->plugin_dir)
             return parse_fail(ps, "[state] plugin_dir = '%s' cannot be resolved: %s", value,
                               strerror(errno));
@@ -479,7 +481,7 @@ static ssm_status parse_config(const char *text, const char *source, const char 
     /* A file's defaults differ from a struct's: engines run bf16 activations. */
     owned->config.activation_dtype = SSM_DTYPE_BF16;
     owned->config.mode = NULL;
-    owned->source = strdup(source);
+    owned->source = ssm_strdup(source);
     if (!owned->source) {
         owned_free(owned);
         return fail_out_of_memory(source);
@@ -523,11 +525,11 @@ static ssm_status read_text_file(const char *path, char **out)
     if (!file)
         return fail_at(path, 0, "cannot open config file: %s", strerror(errno));
     size_t size = 0, capacity = 4096;
-    char *text = malloc(capacity);
+    char *text = ssm_malloc(capacity);
     ssm_status status = text ? SSM_OK : fail_out_of_memory(path);
     while (status == SSM_OK) {
         if (size + 1 == capacity) {
-            char *grown = capacity >= CONFIG_MAX_FILE_BYTES ? NULL : realloc(text, 2 * capacity);
+            char *grown = capacity >= CONFIG_MAX_FILE_BYTES ? NULL : ssm_realloc(text, 2 * capacity);
             if (!grown) {
                 status = capacity >= CONFIG_MAX_FILE_BYTES
                              ? fail_at(path, 0, "not a config file: larger than %d bytes",
@@ -558,7 +560,7 @@ static ssm_status read_text_file(const char *path, char **out)
         }
     }
     if (status != SSM_OK) {
-        free(text);
+        ssm_free(text);
         return status;
     }
     *out = text;
@@ -575,6 +577,6 @@ ssm_status ssm_config_load(const char *path, ssm_config **out)
     if (status != SSM_OK)
         return status;
     status = parse_config(text, path, path, out);
-    free(text);
+    ssm_free(text);
     return status;
 }

@@ -57,7 +57,7 @@ static ssm_status build_params(const ssm_config *c, const char *section, ssm_mod
     if (index < 0 || c->mode_options_count[index] == 0)
         return SSM_OK;
     int32_t n = c->mode_options_count[index];
-    *options = calloc((size_t)n, sizeof **options);
+    *options = ssm_calloc((size_t)n, sizeof **options);
     if (!*options)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for mode options");
     for (int32_t i = 0; i < n; i++) {
@@ -112,7 +112,7 @@ static ssm_status check_other_sections(const ssm_config *c)
         ssm_status status = build_params(c, name, &params, &options);
         if (status == SSM_OK)
             status = check_with_plugin(c, other.table, &params, name);
-        free(options);
+        ssm_free(options);
         ssm_loader_close(&other);
         if (status != SSM_OK)
             return status;
@@ -148,8 +148,21 @@ static ssm_status resolve(const ssm_config *c, ssm_loaded_plugin *plugin,
     ssm_mode_plan_v1 mode_plan = {0};
     if (status == SSM_OK)
         status = loaded.table->plan(params, &mode_plan);
+    /* Every limit at its maximum gives a pool past 2^64 bytes: refuse it
+     * rather than plan (and allocate) a wrapped size. */
+    uint64_t slot_bytes = 0, pool_bytes = 0;
+    if (status == SSM_OK &&
+        (__builtin_add_overflow(mode_plan.state_bytes, mode_plan.conv_bytes, &slot_bytes) ||
+         __builtin_add_overflow(slot_bytes, mode_plan.scratch_bytes, &slot_bytes) ||
+         __builtin_mul_overflow(slot_bytes, (uint64_t)c->max_requests, &pool_bytes) ||
+         __builtin_add_overflow(pool_bytes, mode_plan.shared_bytes, &pool_bytes) ||
+         pool_bytes > SIZE_MAX))
+        status = ssm_error_set(SSM_ERR_CONFIG,
+                               "a pool of %d slots of this model in mode '%s' takes more than "
+                               "2^64 bytes",
+                               (int)c->max_requests, c->mode);
     if (status != SSM_OK) {
-        free(*options);
+        ssm_free(*options);
         *options = NULL;
         params->options = NULL;
         params->options_count = 0;
@@ -181,7 +194,7 @@ ssm_status ssm_config_plan(const ssm_config *config, ssm_plan *out)
     ssm_status status = resolve(config, &plugin, &params, &options, &plan);
     if (status != SSM_OK)
         return status;
-    free(options);
+    ssm_free(options);
     ssm_loader_close(&plugin);
     *out = plan;
     return SSM_OK;
@@ -205,21 +218,21 @@ static void release_context(ssm_ctx *ctx)
         ctx->mode->destroy(ctx->instance);
     ssm_loader_close(&ctx->plugin);
     ssm_tickets_free(&ctx->tickets);
-    free((void *)ctx->params.options);
-    free(ctx->slot_acquired);
-    free(ctx->slot_flags);
-    free(ctx->free_slots);
-    free(ctx->row_marks);
+    ssm_free((void *)ctx->params.options);
+    ssm_free(ctx->slot_acquired);
+    ssm_free(ctx->slot_flags);
+    ssm_free(ctx->free_slots);
+    ssm_free(ctx->row_marks);
     ssm_device_flags_free(ctx);
     ssm_config_free(ctx->config);
-    free(ctx);
+    ssm_free(ctx);
 }
 
 ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
 {
     if (!config || !out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_ctx_create: NULL argument");
-    ssm_ctx *ctx = calloc(1, sizeof *ctx);
+    ssm_ctx *ctx = ssm_calloc(1, sizeof *ctx);
     if (!ctx)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for a context");
     ssm_option_v1 *options = NULL;
@@ -232,10 +245,10 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
     }
     ctx->mode = ctx->plugin.table;
     ctx->capacity = ctx->config->max_requests;
-    ctx->slot_acquired = calloc((size_t)ctx->capacity, 1);
-    ctx->slot_flags = calloc((size_t)ctx->capacity, sizeof *ctx->slot_flags);
-    ctx->free_slots = calloc((size_t)ctx->capacity, sizeof *ctx->free_slots);
-    ctx->row_marks = calloc((size_t)ctx->capacity, sizeof *ctx->row_marks);
+    ctx->slot_acquired = ssm_calloc((size_t)ctx->capacity, 1);
+    ctx->slot_flags = ssm_calloc((size_t)ctx->capacity, sizeof *ctx->slot_flags);
+    ctx->free_slots = ssm_calloc((size_t)ctx->capacity, sizeof *ctx->free_slots);
+    ctx->row_marks = ssm_calloc((size_t)ctx->capacity, sizeof *ctx->row_marks);
     if (!ctx->slot_acquired || !ctx->slot_flags || !ctx->free_slots || !ctx->row_marks) {
         release_context(ctx);
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for the slot table");

@@ -30,7 +30,8 @@ ssm_status ssm_device_flags_create(ssm_ctx *ctx)
 
 void ssm_device_flags_free(ssm_ctx *ctx)
 {
-    ssm_device_free(&ctx->config->device, ctx->device_flags);
+    if (ctx->device_flags) /* a context whose config copy failed has none */
+        ssm_device_free(&ctx->config->device, ctx->device_flags);
     ctx->device_flags = NULL;
 }
 

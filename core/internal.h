@@ -6,6 +6,7 @@
 
 #include "ssmstate/ssmstate.h"
 #include "ssmstate/plugin.h"
+#include "core/faults.h" /* the core allocates only through these */
 
 /* Records `code` and a printf-style message as this thread's last error and
  * returns `code`, so error paths read `return ssm_error_set(...)`. */

@@ -3,6 +3,7 @@
  * by byte; this file writes and reads it, and holds the page to the context
  * before anything is loaded. Host-memory pages, of CPU contexts and of CUDA
  * contexts (through a device staging buffer: core/page_device.c). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ static const unsigned char page_magic[8] = {'S', 'S', 'M', 'P', 'A', 'G', 'E', 0
 /* CRC32C (Castagnoli, reflected polynomial 0x82F63B78), a byte at a time.
  * docs/pages.md says why this checksum. */
 static uint32_t crc32c_table[256];
-static int crc32c_ready;
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT; /* threads may export at once */
 
 static void crc32c_init(void)
 {
@@ -36,13 +37,11 @@ static void crc32c_init(void)
             c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         crc32c_table[i] = c;
     }
-    crc32c_ready = 1; /* idempotent: a racing second fill writes the same values */
 }
 
 uint32_t ssm_crc32c(const void *data, size_t bytes)
 {
-    if (!crc32c_ready)
-        crc32c_init();
+    pthread_once(&crc32c_once, crc32c_init);
     const unsigned char *p = data;
     uint32_t c = 0xFFFFFFFFu;
     for (size_t i = 0; i < bytes; i++)
@@ -330,12 +329,12 @@ static ssm_status page_matches(const ssm_ctx *ctx, const ssm_page_info *page)
 /* Arrays of a pointer per layer, for payload_point. */
 static int pointers_alloc(const ssm_page_info *i, void ***conv, void ***state)
 {
-    *conv = malloc(sizeof(void *) * (size_t)i->model.layers);
-    *state = malloc(sizeof(void *) * (size_t)i->model.layers);
+    *conv = ssm_malloc(sizeof(void *) * (size_t)i->model.layers);
+    *state = ssm_malloc(sizeof(void *) * (size_t)i->model.layers);
     if (*conv && *state)
         return 1;
-    free(*conv);
-    free(*state);
+    ssm_free(*conv);
+    ssm_free(*state);
     *conv = *state = NULL;
     return 0;
 }
@@ -388,8 +387,8 @@ static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsi
     payload_point(i, staging ? staging->device : payload, conv, state);
     ssm_canonical_v1 dst = {sizeof dst, conv, state};
     ssm_status status = ctx->mode->export_slot(ctx->instance, slot, &dst, NULL);
-    free(conv);
-    free(state);
+    ssm_free(conv);
+    ssm_free(state);
     if (status == SSM_OK && staging)
         status = ssm_page_staging_read(staging, 0, payload, (size_t)i->payload_bytes);
     if (status != SSM_OK)
@@ -443,9 +442,9 @@ typedef struct prepared_import {
 
 static void import_release(prepared_import *p)
 {
-    free(p->conv);
-    free(p->state);
-    free(p->taken);
+    ssm_free(p->conv);
+    ssm_free(p->state);
+    ssm_free(p->taken);
     memset(p, 0, sizeof *p);
 }
 
@@ -467,7 +466,7 @@ static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, s
     info_of_context(ctx, &want);
     p->payload = (const unsigned char *)page + PAGE_HEADER_BYTES;
     if (i.head_first != want.head_first || i.head_end != want.head_end) {
-        p->taken = malloc((size_t)want.payload_bytes);
+        p->taken = ssm_malloc((size_t)want.payload_bytes);
         if (!p->taken)
             return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
         copy_slice(&i, (unsigned char *)p->payload, &want, p->taken, 0);
@@ -576,7 +575,7 @@ ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
                                        "ssm_slots_import_pages");
     if (status != SSM_OK)
         return status;
-    prepared_import *prepared = calloc((size_t)count, sizeof *prepared);
+    prepared_import *prepared = ssm_calloc((size_t)count, sizeof *prepared);
     if (!prepared)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t ready = 0;
@@ -596,7 +595,7 @@ ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
         status = import_pages(ctx, count, slots, prepared);
     for (int32_t k = 0; k < count; k++)
         import_release(&prepared[k]);
-    free(prepared);
+    ssm_free(prepared);
     return status;
 }
 
@@ -729,12 +728,12 @@ ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "ssm_page_merge: NULL argument or count %d (1 to %d)", (int)count,
                              SSM_MAX_HEADS);
-    ssm_page_info *info = malloc(sizeof *info * (size_t)count);
-    int32_t *order = malloc(sizeof *order * (size_t)count);
+    ssm_page_info *info = ssm_malloc(sizeof *info * (size_t)count);
+    int32_t *order = ssm_malloc(sizeof *order * (size_t)count);
     ssm_status status = info && order ? merge_pages(pages, bytes, count, out, capacity, written,
                                                     info, order)
                                       : ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    free(info);
-    free(order);
+    ssm_free(info);
+    ssm_free(order);
     return status;
 }

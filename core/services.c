@@ -1,21 +1,26 @@
 /* The services table: what a plugin may ask of the core. Memory comes from
- * here so the core can account for it (and, later, inject faults). */
+ * here so the core can account for it and inject faults (core/faults.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "core/context.h"
+#include "core/faults.h"
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 #define SSM_ALIGNMENT 256
 
+/* Zeroed memory in `device`'s space (host: 256-byte aligned), or NULL; a
+ * counted allocation that the fault hook can fail. */
 void *ssm_device_alloc(const ssm_device *device, size_t bytes)
 {
     if (bytes == 0)
         bytes = 1;
+    if (ssm_fault_take())
+        return NULL;
     if (device->type == SSM_DEVICE_CUDA) {
 #ifdef HAVE_CUDA
         void *ptr = NULL;
@@ -25,6 +30,7 @@ void *ssm_device_alloc(const ssm_device *device, size_t bytes)
             cudaFree(ptr);
             return NULL;
         }
+        ssm_fault_track(1);
         return ptr;
 #else
         return NULL;
@@ -32,15 +38,19 @@ void *ssm_device_alloc(const ssm_device *device, size_t bytes)
     }
     size_t rounded = (bytes + SSM_ALIGNMENT - 1) / SSM_ALIGNMENT * SSM_ALIGNMENT;
     void *ptr = aligned_alloc(SSM_ALIGNMENT, rounded);
-    if (ptr)
+    if (ptr) {
         memset(ptr, 0, rounded);
+        ssm_fault_track(1);
+    }
     return ptr;
 }
 
+/* Frees what ssm_device_alloc(device, ...) returned; NULL is fine. */
 void ssm_device_free(const ssm_device *device, void *ptr)
 {
     if (!ptr)
         return;
+    ssm_fault_track(-1);
 #ifdef HAVE_CUDA
     if (device->type == SSM_DEVICE_CUDA) {
         cudaFree(ptr);

@@ -113,7 +113,7 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)
 {
     if (!ctx || !out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_ctx_status: NULL argument");
-    uint32_t *device = calloc((size_t)ctx->capacity + 1, sizeof *device);
+    uint32_t *device = ssm_calloc((size_t)ctx->capacity + 1, sizeof *device);
     if (!device)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "ssm_ctx_status: out of memory");
     ssm_status status = ssm_device_flags_read(ctx, device, 0, ctx->capacity + 1);
@@ -127,7 +127,7 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)
         if (report.first_flagged < 0)
             report.first_flagged = s;
     }
-    free(device);
+    ssm_free(device);
     if (status == SSM_OK)
         *out = report;
     return status;

@@ -14,11 +14,11 @@ ssm_status ssm_tickets_init(ssm_ticket_book *book, uint64_t context_id, int32_t 
     book->context_id = context_id;
     book->layers = layers;
     book->capacity = capacity;
-    book->history = calloc(SSM_FORWARD_HISTORY, sizeof *book->history);
-    book->layer_flags = calloc((size_t)SSM_FORWARD_HISTORY * layers, 1);
-    book->slot_pending = calloc((size_t)capacity, sizeof *book->slot_pending);
-    book->slot_latest = calloc((size_t)capacity, sizeof *book->slot_latest);
-    book->slot_row = calloc((size_t)capacity, sizeof *book->slot_row);
+    book->history = ssm_calloc(SSM_FORWARD_HISTORY, sizeof *book->history);
+    book->layer_flags = ssm_calloc((size_t)SSM_FORWARD_HISTORY * layers, 1);
+    book->slot_pending = ssm_calloc((size_t)capacity, sizeof *book->slot_pending);
+    book->slot_latest = ssm_calloc((size_t)capacity, sizeof *book->slot_latest);
+    book->slot_row = ssm_calloc((size_t)capacity, sizeof *book->slot_row);
     if (!book->history || !book->layer_flags || !book->slot_pending || !book->slot_latest ||
         !book->slot_row) {
         ssm_tickets_free(book);
@@ -31,11 +31,11 @@ ssm_status ssm_tickets_init(ssm_ticket_book *book, uint64_t context_id, int32_t 
 
 void ssm_tickets_free(ssm_ticket_book *book)
 {
-    free(book->history);
-    free(book->layer_flags);
-    free(book->slot_pending);
-    free(book->slot_latest);
-    free(book->slot_row);
+    ssm_free(book->history);
+    ssm_free(book->layer_flags);
+    ssm_free(book->slot_pending);
+    ssm_free(book->slot_latest);
+    ssm_free(book->slot_row);
     memset(book, 0, sizeof *book);
 }
 

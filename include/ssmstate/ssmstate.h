@@ -9,8 +9,14 @@
  * Conventions:
  * - Every fallible call returns ssm_status; SSM_OK is 0. On error nothing the
  *   call touched has changed, and ssm_last_error() (thread-local) says why.
- * - A context is not thread-safe; separate contexts may be used from separate
- *   threads concurrently.
+ * - Threads: a context is not thread-safe (one context must not be used by two
+ *   threads at once; calls on it from several threads need the caller's own
+ *   lock); separate contexts may be used from separate threads concurrently,
+ *   whatever their modes. Creating and destroying contexts (which load and
+ *   unload mode plugins), ssm_config_load, ssm_config_plan, ssm_plugins_list
+ *   and ssm_page_inspect are safe from any thread at any time. The error message
+ *   is per thread: ssm_last_error() is the calling thread's own last error
+ *   (tests/threads/check_threads).
  * - Step calls are stream-ordered on `stream` (a cudaStream_t for a CUDA
  *   context, NULL on the CPU): they enqueue work and return; they never
  *   allocate or synchronize. On the CPU they run to completion.

@@ -85,11 +85,13 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
                                   : s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
     n->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)ssm_cpu_scratch_floats(&p->model));
     if (!n->states || !n->conv || !n->current || !n->scratch) {
+        /* the message reads n: written before n is freed */
+        ssm_status st = s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
+                                 "out of memory for %d slots of %zu bytes", p->capacity,
+                                 (size_t)p->model.layers * (n->snapshots * n->state_bytes +
+                                                            conv_bytes_per_layer(&n->params)));
         native_destroy(n);
-        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
-                        "out of memory for %d slots of %zu bytes", p->capacity,
-                        (size_t)p->model.layers *
-                            (n->snapshots * n->state_bytes + conv_bytes_per_layer(&n->params)));
+        return st;
     }
 #ifdef HAVE_CUDA
     if (native_on_gpu(n)) {

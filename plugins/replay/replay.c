@@ -294,10 +294,12 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
         s->core, sizeof(float) * (size_t)host_layout_of(p, &r->options).total);
     r->tokens = s->alloc_host(s->core, sizeof(ssm_ref_token) * (size_t)p->max_tokens);
     if (!r->checkpoints || !r->conv || !r->records || !r->cursors || !r->scratch || !r->tokens) {
+        /* the message reads r: written before r is freed */
+        ssm_status st = s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
+                                 "out of memory for %d slots (history of %d records)",
+                                 p->capacity, (int)r->options.history);
         replay_destroy(r);
-        return s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
-                        "out of memory for %d slots (history of %d records)", p->capacity,
-                        (int)r->options.history);
+        return st;
     }
     bind_host(r);
 #ifdef HAVE_CUDA
