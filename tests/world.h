@@ -7,18 +7,11 @@
 #include <check.h>
 #include <stdint.h>
 
+#include "tests/expect.h"
 #include "tests/testutil.h"
 
 #define MAX_DRAFT 3
 #define T_MAX (1 + MAX_DRAFT)
-
-/* Asserts a call's exact status, naming the call and the library's message. */
-#define EXPECT(call, want)                                                                   \
-    do {                                                                                     \
-        ssm_status got_ = (call);                                                            \
-        ck_assert_msg(got_ == (want), "%s: got %s, want %s (%s)", #call,                    \
-                      ssm_status_name(got_), ssm_status_name(want), ssm_last_error());       \
-    } while (0)
 
 /* ------------------------------------------------------------ the world */
 

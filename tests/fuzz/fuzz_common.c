@@ -49,3 +49,15 @@ ssm_ctx *fuzz_ctx(const ssm_model_dims *m, const char *mode, ssm_dtype state, ss
     }
     return ctx;
 }
+
+const char *const fuzz_modes[3] = {"native", "compact", "replay"};
+
+void fuzz_pin_plugins(void)
+{
+    static ssm_ctx *pinned[3];
+    if (pinned[0])
+        return;
+    ssm_model_dims m = {SSM_MODEL_GDN, 1, 1, 1, 4, 4, 2, 0, 0.0f};
+    for (int i = 0; i < 3; i++)
+        pinned[i] = fuzz_ctx(&m, fuzz_modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 1, NULL);
+}

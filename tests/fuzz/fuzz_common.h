@@ -33,6 +33,14 @@ void fuzz_fail(const char *file, int line, const char *what) __attribute__((nore
             fuzz_fail(__FILE__, __LINE__, #cond);                                            \
     } while (0)
 
+/* The built-in modes, in a fixed order. */
+extern const char *const fuzz_modes[3];
+
+/* Keeps one small context of each built-in mode for the process's life
+ * (reachable: no leak), so their plugins stay loaded across inputs and a
+ * later create's dlopen is cheap. Once per process. */
+void fuzz_pin_plugins(void);
+
 /* A CPU context of model m in `mode` (plugins from $SSMSTATE_PLUGIN_PATH);
  * head_slice may be NULL. Aborts when it cannot be created: the harness
  * setup, not the input, is wrong then. */

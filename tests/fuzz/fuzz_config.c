@@ -14,28 +14,11 @@
 #include "core/internal.h"
 #include "tests/fuzz/fuzz_common.h"
 
-static const char *const builtin_modes[] = {"native", "compact", "replay"};
-
-/* Contexts kept for the process's life (reachable: no leak). */
-static ssm_ctx *pinned[3];
-
-/* Keeps the built-in plugins loaded, so ssm_config_plan's dlopen is cheap. */
-static void pin_plugins(void)
-{
-    static int done;
-    if (done)
-        return;
-    done = 1;
-    ssm_model_dims m = {SSM_MODEL_GDN, 1, 1, 1, 4, 4, 2, 0, 0.0f};
-    for (int i = 0; i < 3; i++)
-        pinned[i] = fuzz_ctx(&m, builtin_modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 1, NULL);
-}
-
 /* Whether `name` is one of the three built-in modes. */
 static int is_builtin(const char *name)
 {
     for (int i = 0; i < 3; i++)
-        if (!strcmp(name, builtin_modes[i]))
+        if (!strcmp(name, fuzz_modes[i]))
             return 1;
     return 0;
 }
@@ -128,7 +111,7 @@ static int load_as_file(const uint8_t *data, size_t size, ssm_config **out, ssm_
 /* One input: parse and load, compare, check what was accepted. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    pin_plugins();
+    fuzz_pin_plugins();
     char *text = malloc(size + 1);
     FUZZ_CHECK(text != NULL);
     memcpy(text, data, size);

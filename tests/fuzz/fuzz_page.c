@@ -39,9 +39,8 @@ static void setup(void)
     ssm_model_dims rank = {SSM_MODEL_GDN, 1, 1, 2, 4, 4, 3, 0, 0.0f};
     ssm_model_dims kda = {SSM_MODEL_KDA, 1, 1, 2, 4, 4, 2, 1, -5.0f};
     ssm_head_slice slice = {2, 4, 2};
-    const char *modes[3] = {"native", "compact", "replay"};
     for (int i = 0; i < 3; i++)
-        contexts[i] = (page_ctx){fuzz_ctx(&gdn, modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 2, 1,
+        contexts[i] = (page_ctx){fuzz_ctx(&gdn, fuzz_modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 2, 1,
                                           NULL), 0, 0, 2};
     contexts[3] = (page_ctx){fuzz_ctx(&rank, "native", SSM_DTYPE_BF16, SSM_DTYPE_F32, 2, 1,
                                       &slice), 0, 2, 4};

@@ -55,20 +55,14 @@ static float conv_weight[LAYERS][64 * 4], conv_bias[LAYERS][64], a_log[LAYERS][8
 static float x[TOKENS * 64], gate[TOKENS * 64], beta[TOKENS * 8], out[TOKENS * 64];
 static ssm_layer_weights weights[LAYERS];
 
-/* Contexts kept for the process's life (reachable: no leak). */
-static ssm_ctx *pinned[3];
-
-/* Keeps the three built-in plugins loaded across inputs. */
-static void pin_plugins(void)
+/* Keeps the built-in plugins loaded and fills the layers' weights, once. */
+static void setup(void)
 {
     static int done;
     if (done)
         return;
     done = 1;
-    ssm_model_dims m = {SSM_MODEL_GDN, 1, 1, 1, 4, 4, 2, 0, 0.0f};
-    const char *modes[3] = {"native", "compact", "replay"};
-    for (int i = 0; i < 3; i++)
-        pinned[i] = fuzz_ctx(&m, modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 1, NULL);
+    fuzz_pin_plugins();
     for (int l = 0; l < LAYERS; l++) {
         for (int i = 0; i < 64 * 4; i++)
             conv_weight[l][i] = 0.25f * (float)((i * 7 + l) % 9 - 4) / 4.0f;
@@ -468,7 +462,7 @@ static int run_op(session *s, fuzz_in *in)
 /* One program: a fresh context, up to OPS ops, every invariant checked. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    pin_plugins();
+    setup();
     fuzz_in in = {data, size};
     uint8_t setup = fuzz_u8(&in);
     static const char *const modes[3] = {"native", "compact", "replay"};

@@ -9,14 +9,8 @@ import shutil
 import struct
 import sys
 
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from make_page import crc32c  # noqa: E402  (tests/make_page.py: the page format's CRC32C)
 
 
 def values(dtype, n, seed):

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/expect.h"
 #include "tests/gpu/gpu_world.h"
 
 #define HEADER 96 /* docs/pages.md: the payload starts here */
@@ -69,14 +70,6 @@ static const setup setups[] = {
 /* Fails the test unless the world holds no failure (its "# ..." lines say
  * what failed). */
 #define WORLD_OK(w, ok) ck_assert_msg((ok) && !(w)->failed, "%s: see the # lines above", (w)->desc)
-
-/* Asserts a call's exact status, naming the library's message. */
-#define EXPECT(call, want)                                                                   \
-    do {                                                                                     \
-        ssm_status got_ = (call);                                                            \
-        ck_assert_msg(got_ == (want), "%s: got %s, want %s (%s)", #call,                    \
-                      ssm_status_name(got_), ssm_status_name(want), ssm_last_error());       \
-    } while (0)
 
 /* The world of test _i (setup _i / MODES, mode A = modes[_i % MODES]):
  * sides 0 CPU native, 1 CUDA native, 2 CUDA A (A not native); *cuda gets
