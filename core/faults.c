@@ -52,12 +52,14 @@ void *ssm_calloc(size_t count, size_t size)
     return ssm_fault_take() ? NULL : counted(calloc(count, size));
 }
 
-/* A NULL ptr is an allocation (counted); otherwise the block moves or stays. */
+/* A NULL ptr is an allocation (counted); otherwise the block moves or stays.
+ * Zero bytes asks for one: glibc's realloc(p, 0) frees p and returns NULL,
+ * which a caller would take for a failure that left p. */
 void *ssm_realloc(void *ptr, size_t bytes)
 {
     if (ssm_fault_take())
         return NULL;
-    void *grown = realloc(ptr, bytes);
+    void *grown = realloc(ptr, bytes ? bytes : 1);
     return ptr ? grown : counted(grown);
 }
 

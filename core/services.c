@@ -36,6 +36,8 @@ void *ssm_device_alloc(const ssm_device *device, size_t bytes)
         return NULL;
 #endif
     }
+    if (bytes > SIZE_MAX - SSM_ALIGNMENT)
+        return NULL; /* the rounding below would wrap */
     size_t rounded = (bytes + SSM_ALIGNMENT - 1) / SSM_ALIGNMENT * SSM_ALIGNMENT;
     void *ptr = aligned_alloc(SSM_ALIGNMENT, rounded);
     if (ptr) {

@@ -26,9 +26,10 @@ AC_DEFUN([SSM_SANITIZERS], [
     AC_LINK_IFELSE([AC_LANG_PROGRAM([], [])], [AC_MSG_RESULT([yes])],
       [AC_MSG_RESULT([no]); AC_MSG_ERROR([$CC cannot build with $ssm_san_flags])])
     CFLAGS="$ssm_save_CFLAGS $ssm_san_flags"; LDFLAGS="$ssm_save_LDFLAGS $ssm_san_flags"
-    # Any report fails the test: ASan and UBSan stop at the first (exit 97,
-    # 98: apart from any status a test expects), LeakSanitizer exits 23,
-    # ThreadSanitizer 66 (after all reports).
+    # Any report fails the test: ASan and UBSan stop at the first, TSan
+    # reports all. Exits: ASan and LeakSanitizer 23 (LSAN_OPTIONS' exitcode
+    # is the one the two share), UBSan 98, TSan 66: none a status a test
+    # expects.
     # Check forks each test: a child's non-zero exit fails that test. Check's
     # timeouts are stretched for the slower instrumented code.
     ssm_san_mult=3
@@ -36,7 +37,7 @@ AC_DEFUN([SSM_SANITIZERS], [
     SSM_SANITIZER_ENV="ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:exitcode=97:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
 LSAN_OPTIONS=exitcode=23 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98 \
-TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
+TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1:suppressions=\$(abs_top_srcdir)/tests/threads/tsan.supp \
 CK_TIMEOUT_MULTIPLIER=$ssm_san_mult; \
 export ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS CK_TIMEOUT_MULTIPLIER;"
   ])

@@ -464,14 +464,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     setup();
     fuzz_in in = {data, size};
-    uint8_t setup = fuzz_u8(&in);
-    static const char *const modes[3] = {"native", "compact", "replay"};
+    uint8_t choice = fuzz_u8(&in);
     session *s = calloc(1, sizeof *s);
     FUZZ_CHECK(s != NULL);
-    s->m = (ssm_model_dims){(setup & 4) ? SSM_MODEL_KDA : SSM_MODEL_GDN, LAYERS, 1, 2, 4, 4, 3,
+    s->m = (ssm_model_dims){(choice & 4) ? SSM_MODEL_KDA : SSM_MODEL_GDN, LAYERS, 1, 2, 4, 4, 3,
                             0, 0.0f};
-    s->ad = (setup & 16) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
-    s->ctx = fuzz_ctx(&s->m, modes[setup % 3], (setup & 8) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32,
+    s->ad = (choice & 16) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    s->ctx = fuzz_ctx(&s->m, fuzz_modes[choice % 3], (choice & 8) ? SSM_DTYPE_BF16 : SSM_DTYPE_F32,
                       s->ad, CAP, DRAFTS, NULL);
     /* D = 16 channels, gate width <= 8, HV = 2, HV * V = 8: within the arrays. */
     fill(x, s->ad, TOKENS * 16, 1);

@@ -278,6 +278,17 @@ void st_fwd_verify(st_session *s, int ci, int fi, int32_t n)
                 st_fail(s, "%s: verify filled the ticket with context %llx, %d rows x %d tokens "
                         "(the batch: %d x %d)", c->mode, (unsigned long long)f->ticket.context_id,
                         f->ticket.rows, f->ticket.tokens, f->rows, f->T);
+            /* the book's numbering, not learnt from the library: forwards 1, 2, ...
+               of one context id, which is not the peer context's */
+            uint64_t known = c->book.context_id, peer = s->c[1 - ci].book.context_id;
+            if ((known && f->ticket.context_id != known) || f->ticket.forward != c->book.last + 1 ||
+                (peer && f->ticket.context_id == peer))
+                st_fail(s, "%s: verify opened forward %llu of context %llx; the model expects "
+                        "forward %llu of context %llx, not the peer's %llx", c->mode,
+                        (unsigned long long)f->ticket.forward,
+                        (unsigned long long)f->ticket.context_id,
+                        (unsigned long long)(c->book.last + 1), (unsigned long long)known,
+                        (unsigned long long)peer);
             st_book_open(&c->book, &f->ticket, f->slots);
         }
         f->done[l] = 1;

@@ -267,6 +267,114 @@ START_TEST(test_errors_are_per_thread)
 }
 END_TEST
 
+#define SHARED_ROUNDS 8
+
+/* What the calls safe from any thread return: the same in every thread. */
+typedef struct shared_result {
+    uint64_t pool_bytes[3]; /* ssm_config_plan of examples/<mode>.ini */
+    int32_t plugins;        /* ssm_plugins_list's count */
+    uint64_t page_payload;  /* ssm_page_inspect of the page */
+    uint32_t page_crc;
+} shared_result;
+
+typedef struct shared_worker {
+    pthread_barrier_t *start;
+    const unsigned char *page;
+    size_t page_bytes;
+    shared_result got;
+    char why[600];
+} shared_worker;
+
+/* Loads and plans each mode's example, lists the plugins and inspects the
+ * page, SHARED_ROUNDS times (w->start NULL: once, no barrier). */
+static void shared_calls(shared_worker *w, int rounds)
+{
+    static const char *const modes[3] = {"native", "compact", "replay"};
+    const char *top = getenv("SSM_TOP_SRCDIR");
+    for (int round = 0; round < rounds && !w->why[0]; round++) {
+        for (int i = 0; i < 3 && !w->why[0]; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/examples/%s.ini", top ? top : ".", modes[i]);
+            ssm_config *c = NULL;
+            ssm_plan plan;
+            if (ssm_config_load(path, &c) != SSM_OK || ssm_config_plan(c, &plan) != SSM_OK)
+                snprintf(w->why, sizeof w->why, "%s: %s", path, ssm_last_error());
+            else
+                w->got.pool_bytes[i] = plan.pool_bytes;
+            ssm_config_free(c);
+        }
+        ssm_plugin_info listed[2]; /* the first two; the count is what is compared */
+        if (ssm_plugins_list(NULL, listed, 2, &w->got.plugins) != SSM_OK)
+            snprintf(w->why, sizeof w->why, "plugins_list: %s", ssm_last_error());
+        ssm_page_info pi;
+        if (ssm_page_inspect(w->page, w->page_bytes, &pi) != SSM_OK)
+            snprintf(w->why, sizeof w->why, "page_inspect: %s", ssm_last_error());
+        else {
+            w->got.page_payload = pi.payload_bytes;
+            w->got.page_crc = pi.payload_crc;
+        }
+    }
+}
+
+static void *shared_worker_main(void *arg)
+{
+    shared_worker *w = arg;
+    pthread_barrier_wait(w->start);
+    shared_calls(w, SHARED_ROUNDS);
+    return NULL;
+}
+
+/* ssm_config_load, ssm_config_plan, ssm_plugins_list and ssm_page_inspect
+ * from every thread at once (TSan watches), each answering as alone. */
+START_TEST(test_shared_calls)
+{
+    ssm_model_dims m = {SSM_MODEL_GDN, 1, 1, 1, 8, 8, 2, 0, 0.0f};
+    ssm_config c;
+    test_config(&c, &m, "native", SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 1);
+    ssm_ctx *ctx = NULL;
+    ck_assert_msg(ssm_ctx_create(&c, &ctx) == SSM_OK, "%s", ssm_last_error());
+    int32_t slot = -1;
+    ck_assert_msg(ssm_slot_acquire(ctx, &slot) == SSM_OK, "%s", ssm_last_error());
+    size_t bytes = ssm_page_bytes(ctx);
+    unsigned char *page = malloc(bytes);
+    ck_assert(page != NULL);
+    ck_assert_msg(ssm_slot_export_page(ctx, slot, page, bytes) == SSM_OK, "%s", ssm_last_error());
+    ssm_ctx_destroy(ctx);
+
+    shared_worker alone = {.page = page, .page_bytes = bytes};
+    shared_calls(&alone, 1);
+    ck_assert_msg(!alone.why[0], "alone: %s", alone.why);
+    ck_assert_msg(alone.got.plugins >= 3, "%d plugins listed", alone.got.plugins);
+
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    shared_worker w[THREADS];
+    pthread_t tid[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (shared_worker){.start = &start, .page = page, .page_bytes = bytes};
+        ck_assert_int_eq(pthread_create(&tid[i], NULL, shared_worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(tid[i], NULL);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < THREADS; i++) {
+        ck_assert_msg(!w[i].why[0], "thread %d: %s", i, w[i].why);
+        const shared_result *a = &alone.got, *g = &w[i].got;
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(g->pool_bytes[k] == a->pool_bytes[k],
+                          "thread %d: example %d plans %llu bytes, alone %llu", i, k,
+                          (unsigned long long)g->pool_bytes[k],
+                          (unsigned long long)a->pool_bytes[k]);
+        ck_assert_msg(g->plugins == a->plugins && g->page_payload == a->page_payload &&
+                          g->page_crc == a->page_crc,
+                      "thread %d: %d plugins, page %llu bytes crc %08x; alone %d, %llu, %08x", i,
+                      g->plugins, (unsigned long long)g->page_payload, g->page_crc, a->plugins,
+                      (unsigned long long)a->page_payload, a->page_crc);
+    }
+    free(page);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -274,6 +382,7 @@ Suite *make_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_sessions_match_single_thread);
     tcase_add_test(tc, test_errors_are_per_thread);
+    tcase_add_test(tc, test_shared_calls);
     suite_add_tcase(s, tc);
     return s;
 }
