@@ -40,20 +40,8 @@ static void open_side(side *s, const ssm_model_dims *m, const char *mode, ssm_dt
 /* A prompt of 3 + 9 k tokens into slot k, every layer. */
 static void fill(side *s, const ssm_model_dims *m, test_rng *r)
 {
-    int32_t offsets[SLOTS + 1] = {0};
-    for (int32_t k = 0; k < SLOTS; k++)
-        offsets[k + 1] = offsets[k] + 3 + 9 * k;
-    ssm_prefill_batch b = {SLOTS, s->slots, offsets, 3 + 9 * (SLOTS - 1), NULL, NULL};
-    for (int32_t l = 0; l < m->layers; l++) {
-        test_weights w;
-        test_weights_make(r, m, 1, &w);
-        test_io io;
-        test_io_make(r, m, SSM_DTYPE_BF16, offsets[SLOTS], &io);
-        ck_assert_msg(ssm_prefill(s->ctx, l, &b, &w.w, &io.io, NULL) == SSM_OK, "%s",
-                      ssm_last_error());
-        test_io_free(&io);
-        test_weights_free(&w);
-    }
+    ck_assert_msg(test_prefill_prompts(s->ctx, s->slots, SLOTS, m, r) == SSM_OK, "%s",
+                  ssm_last_error());
 }
 
 static void snapshots(const side *s, test_snapshot *out)

@@ -271,3 +271,26 @@ void test_snapshot_free(test_snapshot *s)
     free(s->state);
     memset(s, 0, sizeof *s);
 }
+
+ssm_status test_prefill_prompts(ssm_ctx *ctx, const int32_t *slots, int32_t count,
+                                const ssm_model_dims *m, test_rng *r)
+{
+    int32_t *offsets = calloc((size_t)count + 1, sizeof *offsets);
+    if (!offsets)
+        return SSM_ERR_OUT_OF_MEMORY;
+    for (int32_t k = 0; k < count; k++)
+        offsets[k + 1] = offsets[k] + 3 + 9 * k;
+    ssm_prefill_batch b = {count, slots, offsets, 3 + 9 * (count - 1), NULL, NULL};
+    ssm_status status = SSM_OK;
+    for (int32_t l = 0; l < m->layers && status == SSM_OK; l++) {
+        test_weights w;
+        test_weights_make(r, m, 1, &w);
+        test_io io;
+        test_io_make(r, m, SSM_DTYPE_BF16, offsets[count], &io);
+        status = ssm_prefill(ctx, l, &b, &w.w, &io.io, NULL);
+        test_io_free(&io);
+        test_weights_free(&w);
+    }
+    free(offsets);
+    return status;
+}

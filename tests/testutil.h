@@ -81,4 +81,10 @@ ssm_status test_snapshot_take(ssm_ctx *ctx, int32_t slot, test_snapshot *out);
 int test_snapshot_equal(const test_snapshot *a, const test_snapshot *b);
 void test_snapshot_free(test_snapshot *s);
 
+/* One prefill of a prompt of 3 + 9 k tokens into slots[k] (count of them),
+ * every layer, random weights and bf16 inputs from r: slots that then hold
+ * distinct, nonzero states. SSM_OK or the first failing prefill's status. */
+ssm_status test_prefill_prompts(ssm_ctx *ctx, const int32_t *slots, int32_t count,
+                                const ssm_model_dims *m, test_rng *r);
+
 #endif

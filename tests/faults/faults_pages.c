@@ -31,20 +31,8 @@ static void fill(pages_walk *pw, const ssm_model_dims *m)
 {
     test_rng r;
     test_rng_init(&r, 0xfa017 + (uint64_t)m->kind);
-    int32_t offsets[SLOTS + 1] = {0};
-    for (int32_t k = 0; k < SLOTS; k++)
-        offsets[k + 1] = offsets[k] + 3 + 9 * k;
-    ssm_prefill_batch b = {SLOTS, pw->slots, offsets, 3 + 9 * (SLOTS - 1), NULL, NULL};
-    for (int32_t l = 0; l < m->layers; l++) {
-        test_weights w;
-        test_weights_make(&r, m, 1, &w);
-        test_io io;
-        test_io_make(&r, m, SSM_DTYPE_BF16, offsets[SLOTS], &io);
-        ck_assert_msg(ssm_prefill(pw->ctx, l, &b, &w.w, &io.io, NULL) == SSM_OK, "%s",
-                      ssm_last_error());
-        test_io_free(&io);
-        test_weights_free(&w);
-    }
+    ck_assert_msg(test_prefill_prompts(pw->ctx, pw->slots, SLOTS, m, &r) == SSM_OK, "%s",
+                  ssm_last_error());
 }
 
 /* Whether `slot` of ctx exports exactly `page` (bytes long). */
