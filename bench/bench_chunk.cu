@@ -122,6 +122,14 @@ double time_shape(const Shape &s, int form, int reps)
             return -1;
         if (form == FORM_BF16_STATE) /* a zero bf16 state; timing does not depend on it */
             cudaMemset(state, 0, sizeof(float) * (size_t)s.rows * s.HV * V * K);
+        int device = 0, sms = 0, optin = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        /* SSM_BENCH_TILE_ROWS=32 or 64 forces the scan's block shape */
+        const char *forced = std::getenv("SSM_BENCH_TILE_ROWS");
+        const int32_t tile = forced ? std::atoi(forced)
+                                    : ssm::chunk_scan_tile_rows(K, V, s.HV, s.rows, sms, optin);
         cudaEvent_t start, stop;
         cudaEventCreate(&start);
         cudaEventCreate(&stop);
@@ -133,11 +141,11 @@ double time_shape(const Shape &s, int form, int reps)
             if (form == FORM_SCAN && i == 0)
                 cudaEventRecord(start); /* the scan alone, over the records of the first call */
             if (form == FORM_SCAN)
-                ssm::launch_chunk_scan<float, float>(a, s.rows, chunks, work, 0);
+                ssm::launch_chunk_scan<float, float>(a, s.rows, chunks, work, tile, 0);
             else if (form == FORM_BOTH)
-                ssm::launch_chunk_tc<float, float>(a, s.rows, chunks, work, 0);
+                ssm::launch_chunk_tc<float, float>(a, s.rows, chunks, work, tile, 0);
             else if (form == FORM_BF16_STATE) /* the state buffer read as bf16 */
-                ssm::launch_chunk_tc<ssm::bf16, float>(a, s.rows, chunks, work, 0);
+                ssm::launch_chunk_tc<ssm::bf16, float>(a, s.rows, chunks, work, tile, 0);
             else if (form == FORM_CUDA_CORES)
                 ssm::chunk_kernel<float, float><<<grid, SSM_CHUNK_THREADS, shared>>>(a);
             cudaEventRecord(stop);

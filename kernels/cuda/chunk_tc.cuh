@@ -44,8 +44,8 @@
 namespace ssm {
 
 #define SSM_TC_THREADS 256 /* eight warps */
-#define SSM_TC_ROWS 32     /* value rows of a scan block: 4 x 2 tiles of U and o, 8 warps */
 #define SSM_TC_SUB 16      /* a product tile's side; sub-chunks of the decay scaling */
+#define SSM_TC_MAX_V 128   /* the largest V of the tensor-core path */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
 
 /* A record's parts, in floats from its start; every part row-major and
@@ -97,12 +97,12 @@ __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t
     return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC + scratch;
 }
 
-/* The state tile, W, Qg, Kd, Uv, U, o, QK and the decay. */
-__host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K)
+/* The state tile of R value rows, W, Qg, Kd, Uv, U, o, QK and the decay. */
+__host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K, int32_t R)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS),
-           LR = tc_pad_rows(SSM_TC_ROWS);
-    return SSM_TC_ROWS * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
+           LR = tc_pad_rows(R);
+    return R * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
 /* e^x for the decay factors of the tensor-core prepare: CUDA's exp2f (two
@@ -118,20 +118,20 @@ __device__ __forceinline__ float chunk_exp(float x) { return exp2f(x * 1.4426950
  * kernels, so their index arithmetic folds). */
 inline bool chunk_tc_supported(int32_t K, int32_t V)
 {
-    return (K == 32 || K == 64 || K == 128) && V % 16 == 0 && V <= 128;
+    return (K == 32 || K == 64 || K == 128) && V % 16 == 0 && V <= SSM_TC_MAX_V;
 }
 
 namespace tc {
 
 /* out [C][cols] (row-major, global) = T X for the lower-triangular T
  * [C][C] (by rows, stride ldt) and X [C][cols] (by rows, stride ldx = 8 mod
- * 32), cols a multiple of 16; tile (I, n) by warp p % 8, T's zero blocks
+ * 32), cols a multiple of 16; tile (I, n) by warp p % warps, T's zero blocks
  * above the diagonal skipped. */
 __device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float *X, int32_t ldx,
-                                        int32_t cols, float *out, int32_t warp)
+                                        int32_t cols, float *out, int32_t warp, int32_t warps)
 {
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
-    for (int32_t p = warp; p < (C / B) * (cols / B); p += 8) {
+    for (int32_t p = warp; p < (C / B) * (cols / B); p += warps) {
         int32_t I = p / (cols / B), n = p % (cols / B);
         tile f;
         zero(f);
@@ -153,15 +153,16 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
 
 } /* namespace tc */
 
-/* grid (chunks, HV, rows), SSM_TC_THREADS threads,
+/* grid (chunks, HV, rows), THREADS threads (256, two blocks an SM, or 512),
  * chunk_prepare_shared_floats floats of dynamic shared memory. Writes the
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <int K, class Act>
-__global__ void __launch_bounds__(SSM_TC_THREADS, 2)
+template <int K, int THREADS, class Act>
+__global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
+    constexpr int32_t WARPS = THREADS / 32;
     extern __shared__ float shared[];
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, V = a.V, gk = a.gk;
     const int32_t LK = tc_pad(K), LC = tc_pad(C);
@@ -185,27 +186,31 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
 
     /* The passes over [C][K]: thread tid takes key channel x = tid % K of
-     * tokens tid / K, + SSM_TC_THREADS / K, ... (K divides the block). */
-    constexpr int32_t step = SSM_TC_THREADS / K;
+     * tokens tid / K, + THREADS / K, ... (K divides the block). */
+    constexpr int32_t step = THREADS / K;
     const int32_t x = tid % K, t_first = tid / K;
 
     /* Stage k, q, beta and the raw log-decays; tokens past c are zeros (their
      * rows of A, T, W and Uv come out zero or unit, so the scan can run
      * whole 64-token chunks). */
     {
-        const int64_t at = (int64_t)first * a.k_token + (int64_t)key_head * K + x;
-        const float *k_in = a.k + in_row * a.k_row + at, *q_in = a.q + in_row * a.q_row + at;
-#pragma unroll 8
+        const int64_t t_in = first + t_first, column = (int64_t)key_head * K + x;
+        const float *k_in = a.k + in_row * a.k_row + t_in * a.k_token + column;
+        const float *q_in = a.q + in_row * a.q_row + t_in * a.q_token + column;
+        const int64_t k_step = step * a.k_token, q_step = step * a.q_token;
+#pragma unroll 16
         for (int32_t t = t_first; t < C; t += step) {
             bool live = t < c;
-            kc[t * LK + x] = live ? k_in[(int64_t)t * a.k_token] : 0.0f;
-            qc[t * LK + x] = live ? q_in[(int64_t)t * a.q_token] : 0.0f;
+            kc[t * LK + x] = live ? *k_in : 0.0f;
+            qc[t * LK + x] = live ? *q_in : 0.0f;
+            k_in += k_step;
+            q_in += q_step;
         }
     }
-    for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
+    for (int32_t t = tid; t < C; t += THREADS)
         beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
     if (gk == 1) {
-        for (int32_t t = tid; t < C; t += SSM_TC_THREADS)
+        for (int32_t t = tid; t < C; t += THREADS)
             G[t] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + h] : 0.0f;
     } else {
         const float *g_in = a.g + in_row * a.g_row + (int64_t)first * a.g_token + (int64_t)h * K + x;
@@ -214,10 +219,10 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             G[t * K + x] = t < c ? g_in[(int64_t)t * a.g_token] : 0.0f;
     }
     __syncthreads();
-    chunk_running_sum(G, C, gk, SSM_TC_THREADS);
+    chunk_running_sum(G, C, gk, THREADS);
     __syncthreads();
     if (gk == 1) {
-        for (int32_t t = tid; t < C; t += SSM_TC_THREADS) {
+        for (int32_t t = tid; t < C; t += THREADS) {
             grow[t] = chunk_exp(G[t]);
             shrink[t] = chunk_exp(G[C - 1] - G[t]);
         }
@@ -245,7 +250,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
     /* A and QK, raw sums first (A without beta, both without the decay for GDN). */
     if (gk == 1) {
         /* the 10 tiles on or below the diagonal of each, 20 over 8 warps */
-        for (int32_t p = warp; p < 20; p += 8) {
+        for (int32_t p = warp; p < 20; p += WARPS) {
             int32_t m = p % 10, I = 0;
             while (m > I)
                 m -= ++I; /* tile (I, m) with m <= I */
@@ -263,7 +268,13 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
            all factors at most 1. The block's own i take factors above 1, up
            to e^{G_r - G_end}: kept when no channel decays by more than
            SSM_TC_SPAN within the block, else the diagonal block is summed
-           pair by pair with e^{G_t - G_i} (any gate). */
+           pair by pair with e^{G_t - G_i} (any gate). The right-hand rows
+           of the previous block are carried over, each channel times
+           e^{G_r - G_r'} (at most 1, r' the previous block's token), so
+           only the block's own rows take new exponentials; k_t and q_t
+           share theirs. */
+        int32_t have = 0;    /* rows of rk scaled around the previous block's token */
+        float g_prev = 0.0f; /* that token's G on channel x (0 before the first) */
         for (int32_t I = 0; I < C / B; I++) {
             const int32_t ref = I * B - 1, end = I * B + B - 1;
             float *lk = scratch, *lq = lk + B * LK, *rk = lq + B * LK;
@@ -274,19 +285,22 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             wide = __syncthreads_or(wide);
             const int32_t right = (wide ? I : I + 1) * B;
             const float gr = ref < 0 ? 0.0f : G[ref * gk + x];
-            for (int32_t row = t_first; row < 2 * B + right; row += step) {
-                if (row < 2 * B) {
-                    int32_t t = I * B + row % B;
-                    const float *src = row < B ? kc : qc;
-                    lk[row * LK + x] = chunk_exp(G[t * gk + x] - gr) * src[t * LK + x];
-                } else {
-                    int32_t i = row - 2 * B;
-                    rk[i * LK + x] = chunk_exp(gr - G[i * gk + x]) * kc[i * LK + x];
-                }
+            const float carry = chunk_exp(gr - g_prev);
+            for (int32_t i = t_first; i < have; i += step)
+                rk[i * LK + x] *= carry;
+            for (int32_t i = have + t_first; i < right; i += step)
+                rk[i * LK + x] = chunk_exp(gr - G[i * gk + x]) * kc[i * LK + x];
+            for (int32_t row = t_first; row < B; row += step) {
+                const int32_t t = I * B + row;
+                const float up = chunk_exp(G[t * gk + x] - gr);
+                lk[row * LK + x] = up * kc[t * LK + x];
+                lq[row * LK + x] = up * qc[t * LK + x];
             }
+            have = right;
+            g_prev = gr;
             __syncthreads();
             const int32_t tiles = right / B;
-            for (int32_t p = warp; p < 2 * tiles; p += 8) {
+            for (int32_t p = warp; p < 2 * tiles; p += WARPS) {
                 int32_t m = p % tiles;
                 tc::tile f;
                 tc::zero(f);
@@ -294,7 +308,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
                                                     LK, K);
                 tc::store((p < tiles ? A : QK) + I * B * LC + m * B, LC, f);
             }
-            for (int32_t p = warp; wide && p < B * B; p += 8) {
+            for (int32_t p = warp; wide && p < B * B; p += WARPS) {
                 int32_t t = I * B + p / B, i = I * B + p % B;
                 if (i > t)
                     continue; /* the whole warp */
@@ -313,97 +327,115 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 2)
             }
         }
     }
+    /* The chunk's values, loaded into registers now and used after T: the
+     * loads run behind the work in between. Warp w takes tokens w, w + 8,
+     * ..., lane l value rows l, l + 32, ... */
+    const Act *values = (const Act *)a.v + in_row * a.v_row + (int64_t)first * a.v_token +
+                        (int64_t)h * V;
+    Act staged[C / WARPS][SSM_TC_MAX_V / 32];
+#pragma unroll
+    for (int32_t i = 0; i < C / WARPS; i++)
+#pragma unroll
+        for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
+            const int32_t t = warp + WARPS * i, y = lane + 32 * m;
+            if (t < c && y < V)
+                staged[i][m] = values[(int64_t)t * a.v_token + y];
+        }
     __syncthreads();
     /* The decay of each pair (GDN), beta on A's rows, zeros above the diagonals. */
-    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS) {
+    for (int32_t e = tid; e < C * C; e += THREADS) {
         int32_t t = e / C, i = e % C;
         float d = gk == 1 ? chunk_exp(G[t] - G[i]) : 1.0f;
         A[t * LC + i] = i < t ? beta[t] * d * A[t * LC + i] : 0.0f;
         QK[t * LC + i] = i <= t ? d * QK[t * LC + i] : 0.0f;
     }
     __syncthreads();
-    for (int32_t e = tid; e < C * C; e += SSM_TC_THREADS)
+    for (int32_t e = tid; e < C * C; e += THREADS)
         rec[L.QK + e] = QK[(e / C) * LC + e % C];
     __syncthreads(); /* QK's place is T's */
 
-    /* T = (I + A)^-1: the four diagonal 16 x 16 blocks by forward
-     * substitution, a warp each; then the blocks below, one diagonal after
-     * another: T_IJ = -T_II sum_{J <= M < I} A_IM T_MJ. */
+    /* T = (I + A)^-1, unit lower triangular; only its blocks on and below
+     * the diagonal are written (and read). The four diagonal 16 x 16 blocks
+     * by forward substitution, a warp each, lane l holding column l % 16 of
+     * its block in registers (T_tl = [t == l] - sum_{m < t} A_tm T_ml). */
     if (warp < C / B) {
-        const int32_t o = warp * B;
+        const int32_t o = warp * B, l = lane & (B - 1);
+        float column[B];
+#pragma unroll
         for (int32_t t = 0; t < B; t++) {
-            if (lane < B) {
-                float value = lane == t ? 1.0f : 0.0f;
-                if (lane < t) {
-                    float sum = 0.0f;
-                    for (int32_t m = lane; m < t; m++)
-                        sum += A[(o + t) * LC + o + m] * T[(o + m) * LC + o + lane];
-                    value = -sum;
-                }
-                T[(o + t) * LC + o + lane] = value;
-            }
-            __syncwarp();
+            float sum = 0.0f;
+#pragma unroll
+            for (int32_t m = 0; m < t; m++)
+                sum += A[(o + t) * LC + o + m] * column[m];
+            column[t] = t == l ? 1.0f : (t < l ? 0.0f : -sum);
         }
-    } else {
-        for (int32_t e = tid - 32 * (C / B); e < C * C; e += SSM_TC_THREADS - 32 * (C / B)) {
-            int32_t t = e / C, i = e % C;
-            if (i / B > t / B)
-                T[t * LC + i] = 0.0f;
-        }
+        if (lane < B)
+#pragma unroll
+            for (int32_t t = 0; t < B; t++)
+                T[(o + t) * LC + o + l] = column[t];
     }
     __syncthreads();
-    float *M = scratch; /* [C][LC]: the sums of one diagonal of blocks */
+    /* The blocks below, one diagonal after another, on tensor cores: T_IJ =
+     * -T_II P with P = sum_{J <= M < I} A_IM T_MJ, both 3xTF32 products of
+     * one warp; P goes through this warp's own place in the scratch. */
+    const int32_t LM = tc_pad_rows(B);
     for (int32_t dist = 1; dist < C / B; dist++) {
-        const int32_t blocks = C / B - dist;
-        for (int32_t e = tid; e < blocks * B * B; e += SSM_TC_THREADS) {
-            int32_t I = dist + e / (B * B), t = I * B + (e % (B * B)) / B,
-                    i = (I - dist) * B + e % B;
-            float sum = 0.0f;
-            for (int32_t m = (I - dist) * B; m < I * B; m++)
-                sum += A[t * LC + m] * T[m * LC + i];
-            M[t * LC + i] = sum;
-        }
-        __syncthreads();
-        for (int32_t e = tid; e < blocks * B * B; e += SSM_TC_THREADS) {
-            int32_t I = dist + e / (B * B), t = I * B + (e % (B * B)) / B,
-                    i = (I - dist) * B + e % B;
-            float sum = 0.0f;
-            for (int32_t m = I * B; m <= t; m++)
-                sum += T[t * LC + m] * M[m * LC + i];
-            T[t * LC + i] = -sum;
+        for (int32_t J = warp; J < C / B - dist; J += WARPS) {
+            const int32_t I = J + dist;
+            float *P = scratch + warp * B * LM;
+            tc::tile f;
+            tc::zero(f);
+            tc::product<tc::A_ROWS, tc::B_ROWS>(f, A + I * B * LC + J * B, LC,
+                                                T + J * B * LC + J * B, LC, dist * B);
+            tc::store(P, LM, f);
+            __syncwarp();
+            tc::zero(f);
+            tc::product<tc::A_ROWS, tc::B_ROWS>(f, T + I * B * LC + I * B, LC, P, LM, B);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    f.x[hh][i] = -f.x[hh][i];
+            tc::store(T + I * B * LC + J * B, LC, f);
+            __syncwarp(); /* P is read before this warp's next block writes it */
         }
         __syncthreads();
     }
 
-    /* W = T (beta e^G K), straight to the record. */
+    /* Uv = T (beta V), from the values staged above. */
     const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
+#pragma unroll
+    for (int32_t i = 0; i < C / WARPS; i++)
+#pragma unroll
+        for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
+            const int32_t t = warp + WARPS * i, y = lane + 32 * m;
+            if (y < V)
+                scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
+        }
+    __syncthreads();
+    tc::times_T(T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
+    __syncthreads();
+    /* W = T (beta e^G K), straight to the record. */
     for (int32_t t = t_first; t < C; t += step) {
         float up = gk == 1 ? grow[t] : chunk_exp(G[t * gk + x]);
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
-    tc::times_T(T, LC, scratch, LKr, K, rec + L.W, warp);
-    __syncthreads();
-    /* Uv = T (beta V). */
-    const Act *values = (const Act *)a.v;
-    for (int32_t t = warp; t < C; t += SSM_TC_THREADS / 32) {
-        const Act *v_in = values + in_row * a.v_row + (int64_t)(first + t) * a.v_token + (int64_t)h * V;
-        for (int32_t y = lane; y < V; y += 32)
-            scratch[t * LVr + y] = t < c ? beta[t] * load(v_in + y) : 0.0f;
-    }
-    __syncthreads();
-    tc::times_T(T, LC, scratch, LVr, V, rec + L.Uv, warp);
+    tc::times_T(T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
 }
 
-/* grid (ceil(V / SSM_TC_ROWS), HV, rows), SSM_TC_THREADS threads,
- * chunk_scan_shared_floats floats of dynamic shared memory; after
- * chunk_prepare_kernel on the same arguments and work buffer. */
-template <int K, class State, class Act>
-__global__ void __launch_bounds__(SSM_TC_THREADS, 1)
+/* grid (ceil(V / R), HV, rows), 8 R threads (a warp to each 16 x 16 tile
+ * of U and o, C x R), chunk_scan_shared_floats(K, R) floats of dynamic
+ * shared memory; after chunk_prepare_kernel on the same arguments and work
+ * buffer. R is 32 or 64 (launch_chunk_scan); every sum runs in the same
+ * order at either, so both give the same bits. */
+template <int K, int R, class State, class Act>
+__global__ void __launch_bounds__(8 * R, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
     extern __shared__ float shared[];
-    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, R = SSM_TC_ROWS, V = a.V;
+    constexpr int32_t THREADS = 8 * R, WARPS = THREADS / 32;
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB, V = a.V;
     const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C), LR = tc_pad_rows(R);
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
@@ -434,7 +466,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
             const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
             float *first = part == 0 ? W : Kd, *second = part == 0 ? Qg : QK;
 #pragma unroll
-            for (int32_t e = tid; e < C * K / 4; e += SSM_TC_THREADS) {
+            for (int32_t e = tid; e < C * K / 4; e += THREADS) {
                 int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
                 copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
                                  rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
@@ -442,18 +474,18 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
                     copy_chunk_async(second + t * LK + x, rec + L.Qg + t * K + x, true);
             }
             if (part == 0) {
-                for (int32_t e = tid; e < C * R / 4; e += SSM_TC_THREADS) {
+                for (int32_t e = tid; e < C * R / 4; e += THREADS) {
                     int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
                     bool live = x < live_rows;
                     copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0),
                                      live);
                 }
             } else {
-                for (int32_t e = tid; e < C * C / 4; e += SSM_TC_THREADS) {
+                for (int32_t e = tid; e < C * C / 4; e += THREADS) {
                     int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
                     copy_chunk_async(second + t * LC + x, rec + L.QK + t * C + x, true);
                 }
-                for (int32_t e = tid; e < K / 4; e += SSM_TC_THREADS)
+                for (int32_t e = tid; e < K / 4; e += THREADS)
                     copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
             }
         }
@@ -461,12 +493,12 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
     };
     stage(0, 0);
     stage(0, 1);
-    for (int32_t e = tid; e < R * K; e += SSM_TC_THREADS) {
+    for (int32_t e = tid; e < R * K; e += THREADS) {
         int32_t v = e / K, x = e % K;
         S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
     }
-    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and the state's two
-     * row tiles (R = 32 rows) of column block n (of K / 16) for n = warp. */
+    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and in the state
+     * update the pairs of row tiles (32 rows) listed by `unit` below. */
     const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
@@ -518,8 +550,9 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         }
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
            (nothing else reads them until the next barrier) */
-        for (int32_t n16 = warp; n16 < K / B; n16 += SSM_TC_THREADS / 32) {
-            float *col = S + n16 * B;
+        for (int32_t unit = warp; unit < (K / B) * (R / 32); unit += WARPS) {
+            const int32_t n16 = unit % (K / B), pair = unit / (K / B);
+            float *col = S + pair * 2 * B * LK + n16 * B;
             tc::tile s0, s1;
             tc::load(s0, col, LK);
             tc::load(s1, col + B * LK, LK);
@@ -535,8 +568,8 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
             for (int32_t d = 0; d < C; d += 8) {
                 tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
                 tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
-                tc::load_a_cols(u0, U + d * LR, LR);
-                tc::load_a_cols(u1, U + d * LR + B, LR);
+                tc::load_a_cols(u0, U + d * LR + pair * 2 * B, LR);
+                tc::load_a_cols(u1, U + d * LR + pair * 2 * B + B, LR);
                 tc::split(k_hi, k_lo, k);
                 tc::split(u0_hi, u0_lo, u0);
                 tc::split(u1_hi, u1_lo, u1);
@@ -557,7 +590,7 @@ __global__ void __launch_bounds__(SSM_TC_THREADS, 1)
         stage(j + 1, 1);
     }
     copy_async_wait<0>();
-    for (int32_t e = tid; e < live_rows * K; e += SSM_TC_THREADS) {
+    for (int32_t e = tid; e < live_rows * K; e += THREADS) {
         int32_t v = e / K, x = e % K;
         store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
     }
@@ -575,42 +608,71 @@ template <class F> inline void with_key_dim(int32_t K, F f)
 }
 
 /* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
- * (chunk_tc_work_floats). */
+ * (chunk_tc_work_floats): GDN's in blocks of 8 warps, two an SM; KDA's,
+ * whose shared memory allows one block an SM, in blocks of 16 warps. */
 template <class State, class Act>
 inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
                                  cudaStream_t st)
 {
     size_t shared = chunk_prepare_shared_floats(a.K, a.V, a.gk) * sizeof(float);
+    dim3 grid((unsigned)chunks, (unsigned)a.HV, (unsigned)rows);
     with_key_dim(a.K, [&](auto k) {
-        auto kernel = chunk_prepare_kernel<decltype(k)::value, Act>;
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        kernel<<<dim3((unsigned)chunks, (unsigned)a.HV, (unsigned)rows), SSM_TC_THREADS, shared,
-                 st>>>(a, work, chunks);
+        constexpr int K = decltype(k)::value;
+        if (a.gk == 1) {
+            auto kernel = chunk_prepare_kernel<K, SSM_TC_THREADS, Act>;
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+            kernel<<<grid, SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+        } else {
+            auto kernel = chunk_prepare_kernel<K, 2 * SSM_TC_THREADS, Act>;
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+            kernel<<<grid, 2 * SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+        }
     });
 }
 
-/* The scan over the records launch_chunk_prepare wrote. */
+/* The scan's value rows a block: 32 while one block of 8 warps an SM
+ * covers the grid (few rows: more blocks, each with less to do), else 64,
+ * 16 warps a block and half the blocks, each reading a chunk's record once
+ * for twice the rows (many rows). `sms` and `shared_optin` are the
+ * device's (0: unknown, 32). */
+inline int32_t chunk_scan_tile_rows(int32_t K, int32_t V, int32_t HV, int32_t rows, int32_t sms,
+                                    int32_t shared_optin)
+{
+    int64_t blocks = (int64_t)((V + 31) / 32) * HV * rows;
+    bool fits = chunk_scan_shared_floats(K, 64) * sizeof(float) <= (size_t)shared_optin;
+    return sms > 0 && blocks > sms && fits ? 64 : 32;
+}
+
+/* The scan over the records launch_chunk_prepare wrote, `tile_rows` (32
+ * or 64, chunk_scan_tile_rows) value rows a block; the same bits either way. */
 template <class State, class Act>
 inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
-                              const float *work, cudaStream_t st)
+                              const float *work, int32_t tile_rows, cudaStream_t st)
 {
-    size_t shared = chunk_scan_shared_floats(a.K) * sizeof(float);
     with_key_dim(a.K, [&](auto k) {
-        auto kernel = chunk_scan_kernel<decltype(k)::value, State, Act>;
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        kernel<<<dim3((unsigned)((a.V + SSM_TC_ROWS - 1) / SSM_TC_ROWS), (unsigned)a.HV,
-                      (unsigned)rows),
-                 SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+        auto go = [&](auto r) {
+            constexpr int R = decltype(r)::value;
+            size_t shared = chunk_scan_shared_floats(a.K, R) * sizeof(float);
+            auto kernel = chunk_scan_kernel<decltype(k)::value, R, State, Act>;
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)shared);
+            kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows), 8 * R,
+                     shared, st>>>(a, work, chunks);
+        };
+        if (tile_rows == 64)
+            go(std::integral_constant<int, 64>());
+        else
+            go(std::integral_constant<int, 32>());
     });
 }
 
 /* Both kernels. */
 template <class State, class Act>
 inline void launch_chunk_tc(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
-                            cudaStream_t st)
+                            int32_t tile_rows, cudaStream_t st)
 {
     launch_chunk_prepare<State, Act>(a, rows, chunks, work, st);
-    launch_chunk_scan<State, Act>(a, rows, chunks, work, st);
+    launch_chunk_scan<State, Act>(a, rows, chunks, work, tile_rows, st);
 }
 
 } /* namespace ssm */

@@ -95,7 +95,7 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     g.chunked_prefill =
         chunk_shared_floats(g.d.K) * sizeof(float) <= (size_t)g.shared_optin;
     size_t prepare = chunk_prepare_shared_floats(g.d.K, g.d.V, g.d.kda ? g.d.K : 1),
-           scan = chunk_scan_shared_floats(g.d.K);
+           scan = chunk_scan_shared_floats(g.d.K, 32);
     g.tensor_core_prefill = g.chunked_prefill && prefill_work_bytes(p->model) > 0 &&
                             (prepare > scan ? prepare : scan) * sizeof(float) <=
                                 (size_t)g.shared_optin;
@@ -452,14 +452,15 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
                 part.token_offsets = a.token_offsets + g0;
                 int32_t rows = step->rows - g0 < g.capacity ? step->rows - g0 : g.capacity;
                 float *work = g.prefill_work;
+                int32_t tile = chunk_scan_tile_rows(d.K, d.V, d.HV, rows, g.sms, g.shared_optin);
                 if (bf16_state && bf16_act)
-                    launch_chunk_tc<bf16, bf16>(part, rows, 1, work, stream);
+                    launch_chunk_tc<bf16, bf16>(part, rows, 1, work, tile, stream);
                 else if (bf16_state)
-                    launch_chunk_tc<bf16, float>(part, rows, 1, work, stream);
+                    launch_chunk_tc<bf16, float>(part, rows, 1, work, tile, stream);
                 else if (bf16_act)
-                    launch_chunk_tc<float, bf16>(part, rows, 1, work, stream);
+                    launch_chunk_tc<float, bf16>(part, rows, 1, work, tile, stream);
                 else
-                    launch_chunk_tc<float, float>(part, rows, 1, work, stream);
+                    launch_chunk_tc<float, float>(part, rows, 1, work, tile, stream);
             }
         } else if (bf16_state && bf16_act)
             launch_chunk_typed<bf16, bf16>(a, step->rows, stream);

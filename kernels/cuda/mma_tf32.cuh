@@ -99,19 +99,21 @@ __device__ __forceinline__ void load_a_cols(frag &f, const float *p, int32_t ld)
     f.x[3] = load_shared(p + (t + 4) * ld + g + 8);
 }
 
-/* x = hi + lo: hi x rounded to TF32 (to nearest, ties away from zero, as
- * cvt.rna: add half a TF32 ulp to the bits, clear the 13 below TF32's
- * mantissa; two integer operations where cvt.rna.tf32 takes five on sm_90),
- * lo the rest, exact. The tensor cores read only a TF32's bits of lo (its
- * low 13 bits are ignored), so lo carries the next 11 bits of x: hi + lo
- * holds about 21 of fp32's 24. Infinities stay infinities; a finite value
- * within half a TF32 ulp of the largest float rounds to infinity, as
- * cvt.rna does. */
+/* x = hi + lo: hi x cut to TF32 (its 13 low mantissa bits cleared, one
+ * integer operation), lo the rest, exact (x - hi loses nothing). The tensor
+ * cores read only a TF32's bits of lo (its low 13 bits are ignored), so hi
+ * + lo as they read them holds about 21 of fp32's 24 bits, and a product of
+ * split operands is within about 2^-20 relative of the fp32 product.
+ * Rounding hi to nearest instead (cvt.rna: add half a TF32 ulp first) gains
+ * one bit for a third instruction; the split is most of the scan's
+ * instructions, and the bit does not show in the distances of
+ * docs/prefill.md. A non-finite x leaves NaN in lo (x - hi), so its products
+ * are NaN, never finite. */
 __device__ __forceinline__ void split(frag &hi, frag &lo, const frag &x)
 {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        hi.x[i] = (x.x[i] + 0x1000u) & 0xffffe000u;
+        hi.x[i] = x.x[i] & 0xffffe000u;
         lo.x[i] = __float_as_uint(__uint_as_float(x.x[i]) - __uint_as_float(hi.x[i]));
     }
 }

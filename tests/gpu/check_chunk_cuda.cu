@@ -10,12 +10,14 @@
  * bf16 state, key dims 32, 64 and 128, value dims that leave a partial tile,
  * two value heads per key head, and KDA gates steep enough that chunk_tc.cuh
  * sums its diagonal blocks pair by pair. It then runs the same batch in two
- * calls split at token 64 and asks for the same bits (the same chunks
- * computed). The padding row's state and outputs must stay as they were.
+ * calls split at token 64, with the tensor-core scan in blocks of 64 value
+ * rows instead of 32, and asks for the same bits (the same chunks computed,
+ * every sum in the same order). The padding row's state and outputs must stay as they were.
  *
  * Prints TAP. Exit status: 0 all passed, 1 a failure, 77 no CUDA device. */
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -137,9 +139,24 @@ float state_value(const Batch &b, const void *words, size_t i)
                            : ((const float *)words)[i];
 }
 
+/* On the device q's tokens lie further apart than k's (8 NaNs after each),
+ * as in the modes, where q comes from its own scratch: a kernel that steps
+ * through q with k's stride reads NaN. */
+int64_t q_token(const Batch &b) { return b.qk_token() + 8; }
+
+std::vector<float> spread_q(const Batch &b)
+{
+    std::vector<float> q(ROWS * b.nmax * q_token(b), std::nanf(""));
+    for (int64_t t = 0; t < ROWS * b.nmax; t++)
+        std::copy(&b.q[t * b.qk_token()], &b.q[(t + 1) * b.qk_token()], &q[t * q_token(b)]);
+    return q;
+}
+
 /* Runs tokens [first, first + counts[r]) of every row, continuing from the
- * device state, through chunk.cuh's kernel or chunk_tc.cuh's pair. */
-bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, bool tensor_cores)
+ * device state, through chunk.cuh's kernel or chunk_tc.cuh's pair (its scan
+ * with `tile_rows` value rows a block). */
+bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, bool tensor_cores,
+             int32_t tile_rows)
 {
     const Case &c = b.cs;
     if (!ok(cudaMemcpy(d.counts, counts, sizeof(int32_t) * ROWS, cudaMemcpyHostToDevice),
@@ -153,13 +170,15 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, bo
     a.group = c.HV / c.H;
     a.gk = b.gk;
     a.counts = d.counts;
-    a.q = d.q + first * b.qk_token();
+    a.q = d.q + first * q_token(b);
     a.k = d.k + first * b.qk_token();
     a.v = d.v + first * b.v_token();
     a.g = d.g + first * b.g_token();
     a.beta = d.beta + first * c.HV;
-    a.q_row = a.k_row = b.nmax * b.qk_token();
-    a.q_token = a.k_token = b.qk_token();
+    a.q_row = b.nmax * q_token(b);
+    a.q_token = q_token(b);
+    a.k_row = b.nmax * b.qk_token();
+    a.k_token = b.qk_token();
     a.v_row = b.nmax * b.v_token();
     a.v_token = b.v_token();
     a.g_row = b.nmax * b.g_token();
@@ -184,9 +203,9 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, bo
                 "cudaMalloc"))
             return false;
         if (c.bf16_state)
-            ssm::launch_chunk_tc<ssm::bf16, float>(a, ROWS, chunks, work, 0);
+            ssm::launch_chunk_tc<ssm::bf16, float>(a, ROWS, chunks, work, tile_rows, 0);
         else
-            ssm::launch_chunk_tc<float, float>(a, ROWS, chunks, work, 0);
+            ssm::launch_chunk_tc<float, float>(a, ROWS, chunks, work, tile_rows, 0);
         bool good = ok(cudaGetLastError(), "chunk_tc") && ok(cudaDeviceSynchronize(), "chunk_tc");
         cudaFree(work);
         return good;
@@ -220,7 +239,7 @@ bool gpu_batch(const Batch &b, bool tensor_cores, int64_t split, std::vector<flo
     for (size_t i = 0; i < elems; i++)
         std::memcpy(&packed[i * word], &words[i], word); /* little-endian: the low half */
     out.assign(ROWS * b.nmax * b.v_token(), SENTINEL);
-    bool good = upload(&d.q, b.q) && upload(&d.k, b.k) && upload(&d.v, b.v) &&
+    bool good = upload(&d.q, spread_q(b)) && upload(&d.k, b.k) && upload(&d.v, b.v) &&
                 upload(&d.g, b.g) && upload(&d.beta, b.beta) && upload(&d.out, out) &&
                 upload((uint8_t **)&d.state, packed) &&
                 ok(cudaMalloc(&d.counts, sizeof(int32_t) * ROWS), "cudaMalloc");
@@ -230,9 +249,12 @@ bool gpu_batch(const Batch &b, bool tensor_cores, int64_t split, std::vector<flo
             head[r] = b.counts[r] < split ? b.counts[r] : (int32_t)split;
             tail[r] = b.counts[r] - head[r];
         }
-        good = run_gpu(b, d, 0, head, tensor_cores) && run_gpu(b, d, split, tail, tensor_cores);
+        /* the two calls' scan in blocks of 64 value rows, the one call's in
+           32: the same bits are expected either way */
+        good = run_gpu(b, d, 0, head, tensor_cores, 64) &&
+               run_gpu(b, d, split, tail, tensor_cores, 64);
     } else if (good) {
-        good = run_gpu(b, d, 0, b.counts, tensor_cores);
+        good = run_gpu(b, d, 0, b.counts, tensor_cores, 32);
     }
     if (good)
         good = ok(cudaMemcpy(out.data(), d.out, sizeof(float) * out.size(),
