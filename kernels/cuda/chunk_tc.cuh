@@ -105,14 +105,22 @@ __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K, int32_t R)
     return R * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
-/* e^x for the decay factors of the tensor-core prepare: CUDA's exp2f (two
- * ulps, on the special-function unit) of x log2(e), a few instructions where
- * kernels/math.h's ssm_expf takes about thirty; KDA forms one per key
- * channel and token several times over. The extra error, under 2^-24 |x|
- * relative, is far inside what separates this path from chunk.c's sums
- * anyway (tests/gpu/check_chunk_cuda: within 1e-4 of the CPU's chunked form
- * with an fp32 state, measured about 1e-6). NaN stays NaN, e^-inf is 0. */
-__device__ __forceinline__ float chunk_exp(float x) { return exp2f(x * 1.4426950408889634f); }
+/* e^x for the decay factors of the tensor-core prepare: the special-function
+ * unit's 2^x (ex2.approx, about two ulps) of x log2(e), two instructions
+ * where kernels/math.h's ssm_expf takes about thirty and CUDA's exp2f adds
+ * a rescaling for results below 2^-126; KDA forms one per key channel and
+ * token several times over. A result below 2^-126 is flushed to zero (ftz):
+ * such a factor multiplies values of order one, so what it drops is far
+ * below fp32's rounding of the sums it enters. The extra error, under
+ * 2^-24 |x| relative, is far inside what separates this path from chunk.c's
+ * sums anyway (tests/gpu/check_chunk_cuda: within 1e-4 of the CPU's chunked
+ * form with an fp32 state, measured about 2e-6). NaN stays NaN, e^-inf is 0. */
+__device__ __forceinline__ float chunk_exp(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
 
 /* The tensor-core path runs these shapes (K a template argument of the
  * kernels, so their index arithmetic folds). */
@@ -213,10 +221,14 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
         for (int32_t t = tid; t < C; t += THREADS)
             G[t] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + h] : 0.0f;
     } else {
-        const float *g_in = a.g + in_row * a.g_row + (int64_t)first * a.g_token + (int64_t)h * K + x;
-#pragma unroll 8
-        for (int32_t t = t_first; t < C; t += step)
-            G[t * K + x] = t < c ? g_in[(int64_t)t * a.g_token] : 0.0f;
+        const float *g_in = a.g + in_row * a.g_row + (int64_t)(first + t_first) * a.g_token +
+                            (int64_t)h * K + x;
+        const int64_t g_step = step * a.g_token;
+#pragma unroll 16
+        for (int32_t t = t_first; t < C; t += step) {
+            G[t * K + x] = t < c ? *g_in : 0.0f;
+            g_in += g_step;
+        }
     }
     __syncthreads();
     chunk_running_sum(G, C, gk, THREADS);
@@ -249,17 +261,38 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
 
     /* A and QK, raw sums first (A without beta, both without the decay for GDN). */
     if (gk == 1) {
-        /* the 10 tiles on or below the diagonal of each, 20 over 8 warps */
-        for (int32_t p = warp; p < 20; p += WARPS) {
+        /* The 10 tiles on or below the diagonal of each, 20 over the warps.
+           Each sum takes its pair's decay e^{G_t - G_i} (A's also beta_t)
+           as it leaves the tensor cores; A goes to shared memory, QK
+           straight to the record, with zeros in its 6 tiles above the
+           diagonal (the last 6 turns). */
+        for (int32_t p = warp; p < 26; p += WARPS) {
+            tc::tile f;
+            tc::zero(f);
+            if (p >= 20) {
+                const int32_t above[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+                tc::store(rec + L.QK + above[p - 20][0] * B * C + above[p - 20][1] * B, C, f);
+                continue;
+            }
             int32_t m = p % 10, I = 0;
             while (m > I)
                 m -= ++I; /* tile (I, m) with m <= I */
-            const float *left = p < 10 ? kc : qc;
-            float *dst = p < 10 ? A : QK;
-            tc::tile f;
-            tc::zero(f);
-            tc::product<tc::A_ROWS, tc::B_COLS>(f, left + I * B * LK, LK, kc + m * B * LK, LK, K);
-            tc::store(dst + I * B * LC + m * B, LC, f);
+            const bool is_A = p < 10;
+            tc::product<tc::A_ROWS, tc::B_COLS>(f, (is_A ? kc : qc) + I * B * LK, LK,
+                                                kc + m * B * LK, LK, K);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int32_t t = I * B + tc::tile_row(e), i = m * B + tc::tile_col(hh, e);
+                    const float d = chunk_exp(G[t] - G[i]);
+                    f.x[hh][e] = is_A ? (i < t ? beta[t] * d * f.x[hh][e] : 0.0f)
+                                      : (i <= t ? d * f.x[hh][e] : 0.0f);
+                }
+            if (is_A)
+                tc::store(A + I * B * LC + m * B, LC, f);
+            else
+                tc::store(rec + L.QK + I * B * C + m * B, C, f);
         }
     } else {
         /* Row block by row block (16 tokens t), around the token r before it
@@ -342,17 +375,18 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 staged[i][m] = values[(int64_t)t * a.v_token + y];
         }
     __syncthreads();
-    /* The decay of each pair (GDN), beta on A's rows, zeros above the diagonals. */
-    for (int32_t e = tid; e < C * C; e += THREADS) {
-        int32_t t = e / C, i = e % C;
-        float d = gk == 1 ? chunk_exp(G[t] - G[i]) : 1.0f;
-        A[t * LC + i] = i < t ? beta[t] * d * A[t * LC + i] : 0.0f;
-        QK[t * LC + i] = i <= t ? d * QK[t * LC + i] : 0.0f;
+    if (gk != 1) {
+        /* KDA: beta on A's rows, zeros above the diagonals, QK to the record */
+        for (int32_t e = tid; e < C * C; e += THREADS) {
+            int32_t t = e / C, i = e % C;
+            A[t * LC + i] = i < t ? beta[t] * A[t * LC + i] : 0.0f;
+            QK[t * LC + i] = i <= t ? QK[t * LC + i] : 0.0f;
+        }
+        __syncthreads();
+        for (int32_t e = tid; e < C * C; e += THREADS)
+            rec[L.QK + e] = QK[(e / C) * LC + e % C];
+        __syncthreads(); /* QK's place is T's */
     }
-    __syncthreads();
-    for (int32_t e = tid; e < C * C; e += THREADS)
-        rec[L.QK + e] = QK[(e / C) * LC + e % C];
-    __syncthreads(); /* QK's place is T's */
 
     /* T = (I + A)^-1, unit lower triangular; only its blocks on and below
      * the diagonal are written (and read). The four diagonal 16 x 16 blocks
