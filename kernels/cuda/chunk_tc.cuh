@@ -14,7 +14,7 @@
  *
  * The dense products run on tensor cores (mma_tf32.cuh: TF32 mma.m16n8k8,
  * fp32 accumulation), each as three (3xTF32: the operands split into a
- * rounded part and the rest), close to fp32, so CPU and CUDA stay within
+ * TF32 part and the rest), close to fp32, so CPU and CUDA stay within
  * SPEC 3.5's 1e-5 for an fp32 state (docs/prefill.md has the measured
  * distances). One TF32 product was tried and dropped: with a bf16 state a
  * long KDA prefill (lower-bound gate) came within 1.0e-2 of the CPU's, past
@@ -43,7 +43,7 @@
 
 namespace ssm {
 
-#define SSM_TC_THREADS 256 /* eight warps */
+#define SSM_TC_THREADS 256 /* eight warps: GDN's prepare; KDA's takes twice as many */
 #define SSM_TC_SUB 16      /* a product tile's side; sub-chunks of the decay scaling */
 #define SSM_TC_MAX_V 128   /* the largest V of the tensor-core path */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
