@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/context.h"
+#include "core/device_pages.h"
 
 static const char *capability_names(uint64_t caps, char *buf, size_t len)
 {
@@ -224,6 +225,7 @@ static void release_context(ssm_ctx *ctx)
     ssm_free(ctx->free_slots);
     ssm_free(ctx->row_marks);
     ssm_device_flags_free(ctx);
+    ssm_device_pages_free(ctx);
     ssm_config_free(ctx->config);
     ssm_free(ctx);
 }
@@ -243,7 +245,8 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         release_context(ctx);
         return status;
     }
-    ctx->mode = ctx->plugin.table;
+    ssm_loader_table(&ctx->plugin, &ctx->mode_table);
+    ctx->mode = &ctx->mode_table;
     ctx->capacity = ctx->config->max_requests;
     ctx->slot_acquired = ssm_calloc((size_t)ctx->capacity, 1);
     ctx->slot_flags = ssm_calloc((size_t)ctx->capacity, sizeof *ctx->slot_flags);
@@ -261,6 +264,8 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
                               ctx->capacity);
     if (status == SSM_OK)
         status = ssm_device_flags_create(ctx);
+    if (status == SSM_OK)
+        status = ssm_device_pages_create(ctx);
     if (status == SSM_OK) {
         ssm_services_init(ctx, &ctx->services);
         status = ctx->mode->create(&ctx->params, &ctx->services, &ctx->instance);

@@ -8,7 +8,8 @@
 struct ssm_ctx {
     ssm_config *config;          /* owned copy */
     ssm_loaded_plugin plugin;
-    const ssm_plugin_v1 *mode;   /* == plugin.table */
+    const ssm_plugin_v1 *mode;   /* == &mode_table */
+    ssm_plugin_v1 mode_table;    /* the plugin's table, entries it lacks NULL (ssm_loader_table) */
     void *instance;              /* the plugin's */
     ssm_services_v1 services;
     ssm_mode_params_v1 params;
@@ -19,6 +20,8 @@ struct ssm_ctx {
     int32_t *free_slots;         /* stack of free slot numbers */
     int32_t free_count;
     uint32_t *device_flags;      /* CUDA: [capacity + 1] in device memory (device_flags.c) */
+    void *page_scratch;          /* CUDA: device pages' scratch (device_pages.h) */
+    void **page_pointers;        /* CUDA: [2 layers] host, a canonical form's layers in a page */
     uint32_t *row_marks;         /* [capacity] duplicate detection in batches */
     uint32_t row_mark;
     ssm_ticket_book tickets;

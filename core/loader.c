@@ -61,11 +61,11 @@ static ssm_status check_table(const char *path, const char *symbol, const ssm_pl
                              "%s: symbol %s declares plugin ABI version %u; this library "
                              "speaks version %u",
                              path, symbol, t->abi_version, SSM_PLUGIN_V1_ABI_VERSION);
-    if (t->struct_size < sizeof(ssm_plugin_v1))
+    if (t->struct_size < SSM_PLUGIN_V1_MIN_SIZE)
         return ssm_error_set(SSM_ERR_PLUGIN,
                              "%s: symbol %s has a table of %u bytes; ABI version %u needs %zu",
                              path, symbol, t->struct_size, t->abi_version,
-                             sizeof(ssm_plugin_v1));
+                             (size_t)SSM_PLUGIN_V1_MIN_SIZE);
     if (!t->name || !*t->name || strlen(t->name) >= 64)
         return ssm_error_set(SSM_ERR_PLUGIN, "%s: the plugin table has no usable name", path);
     const char *missing = missing_method(t);
@@ -113,6 +113,14 @@ ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
                          "%s is not an ssmstate plugin: it defines none of the entry symbols "
                          "%s",
                          path, tried);
+}
+
+void ssm_loader_table(const ssm_loaded_plugin *plugin, ssm_plugin_v1 *out)
+{
+    size_t size = plugin->table->struct_size < sizeof *out ? plugin->table->struct_size
+                                                           : sizeof *out;
+    memset(out, 0, sizeof *out);
+    memcpy(out, plugin->table, size);
 }
 
 void ssm_loader_close(ssm_loaded_plugin *plugin)

@@ -21,8 +21,15 @@ ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_lo
 
 /* Loads one file and checks it is a plugin this library speaks: probes the
  * entry symbols newest first, checks that the symbol lives in that file,
- * its ABI version and table size, and that every required method is set. */
+ * its ABI version and table size (at least SSM_PLUGIN_V1_MIN_SIZE), and
+ * that every required method is set. */
 ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out);
+
+/* The plugin's table as this library's struct: the plugin's own bytes
+ * (struct_size of them), the entries of a shorter (older) table NULL. The
+ * core calls a plugin through such a copy, so it never reads past the
+ * plugin's table. */
+void ssm_loader_table(const ssm_loaded_plugin *plugin, ssm_plugin_v1 *out);
 
 /* Unloads; a zeroed or already closed plugin is fine. */
 void ssm_loader_close(ssm_loaded_plugin *plugin);

@@ -9,74 +9,35 @@
 #include <string.h>
 
 #include "config.h"
-#include "core/config_limits.h"
 #include "core/context.h"
+#include "core/device_pages.h"
 #include "core/internal.h"
 #include "core/page_device.h"
-#include "kernels/math.h" /* the fp32 bit casts */
+#include "core/page_format.h"
 
-enum {
-    PAGE_HEADER_BYTES = 96,
-    PAGE_HEADER_CRC_AT = 92 /* the header's own checksum covers [0, 92) */
-};
-
-static const unsigned char page_magic[8] = {'S', 'S', 'M', 'P', 'A', 'G', 'E', 0};
+enum { PAGE_HEADER_BYTES = SSM_PAGE_HEADER_BYTES };
 
 /* ------------------------------------------------------------ CRC32C */
 
-/* CRC32C (Castagnoli, reflected polynomial 0x82F63B78), a byte at a time.
- * docs/pages.md says why this checksum. */
+/* CRC32C (kernels/crc32c.h), a byte at a time. docs/pages.md says why this
+ * checksum. */
 static uint32_t crc32c_table[256];
 static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT; /* threads may export at once */
 
 static void crc32c_init(void)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc32c_table[i] = c;
-    }
+    for (uint32_t i = 0; i < 256; i++)
+        crc32c_table[i] = ssm_crc32c_table_entry(i);
 }
 
 uint32_t ssm_crc32c(const void *data, size_t bytes)
 {
     pthread_once(&crc32c_once, crc32c_init);
     const unsigned char *p = data;
-    uint32_t c = 0xFFFFFFFFu;
+    uint32_t c = SSM_CRC32C_PRESET;
     for (size_t i = 0; i < bytes; i++)
         c = crc32c_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-/* ------------------------------------------------------ little endian */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    return c ^ SSM_CRC32C_PRESET;
 }
 
 /* The library version as 0x00MMmmpp, from "M.m.p". */
@@ -94,74 +55,30 @@ static uint32_t library_version(void)
 
 /* ---------------------------------------------------------- the layout */
 
-/* The dims of the heads a page holds: the model's, with value heads
- * [head_first, head_end) and the key heads they read. */
-static ssm_model_dims slice_dims(const ssm_page_info *i)
-{
-    ssm_model_dims d = i->model;
-    int32_t group = i->model.value_heads / i->model.heads;
-    d.value_heads = i->head_end - i->head_first;
-    d.heads = d.value_heads / group;
-    return d;
-}
-
-/* One layer's conv window and state in a page's payload. */
-static uint64_t conv_bytes(const ssm_page_info *i)
-{
-    ssm_model_dims d = slice_dims(i);
-    return (uint64_t)(d.conv_width - 1) * (uint64_t)ssm_conv_channels(&d) *
-           ssm_dtype_size(i->activation_dtype);
-}
-
-static uint64_t state_bytes(const ssm_page_info *i)
-{
-    return (uint64_t)(i->head_end - i->head_first) * i->model.value_dim * i->model.key_dim *
-           ssm_dtype_size(i->state_dtype);
-}
-
-static uint64_t payload_bytes(const ssm_page_info *i)
-{
-    return (uint64_t)i->model.layers * (conv_bytes(i) + state_bytes(i));
-}
-
 /* Copies the heads of `small` (a slice within `big`'s) between the two
  * payloads: from big into small, or back when `into_big`. Per layer and
- * window row: q and k of the slice's key heads, v of its value heads; then
- * the slice's states. */
+ * window row: q and k of the slice's key heads, v of its value heads
+ * (core/page_format.h's cut); then the slice's states. */
 static void copy_slice(const ssm_page_info *big, unsigned char *big_payload,
                        const ssm_page_info *small, unsigned char *small_payload, int into_big)
 {
-    ssm_model_dims bd = slice_dims(big), sd = slice_dims(small);
-    const uint64_t a = ssm_dtype_size(big->activation_dtype), K = (uint64_t)bd.key_dim,
-                   V = (uint64_t)bd.value_dim;
-    const uint64_t big_row = (uint64_t)ssm_conv_channels(&bd) * a,
-                   small_row = (uint64_t)ssm_conv_channels(&sd) * a;
-    const uint64_t big_layer = conv_bytes(big) + state_bytes(big),
-                   small_layer = conv_bytes(small) + state_bytes(small);
-    const uint64_t heads = (uint64_t)(small->head_first - big->head_first);
-    const uint64_t keys = heads / (uint64_t)(bd.value_heads / bd.heads);
-    /* (offset in a big row, offset in a small row, bytes) of q, k and v */
-    const uint64_t parts[3][3] = {
-        {keys * K * a, 0, (uint64_t)sd.heads * K * a},
-        {((uint64_t)bd.heads + keys) * K * a, (uint64_t)sd.heads * K * a,
-         (uint64_t)sd.heads * K * a},
-        {(2 * (uint64_t)bd.heads * K + heads * V) * a, 2 * (uint64_t)sd.heads * K * a,
-         (uint64_t)sd.value_heads * V * a},
-    };
-    for (int32_t l = 0; l < bd.layers; l++) {
-        unsigned char *b = big_payload + (uint64_t)l * big_layer;
-        unsigned char *s = small_payload + (uint64_t)l * small_layer;
-        for (int32_t row = 0; row < bd.conv_width - 1; row++)
+    ssm_page_cut cut;
+    ssm_page_cut_of(big, small, &cut);
+    const uint64_t a = ssm_page_dtype_size(big->activation_dtype);
+    for (int32_t l = 0; l < big->model.layers; l++) {
+        unsigned char *b = big_payload + (uint64_t)l * cut.big_layer;
+        unsigned char *s = small_payload + (uint64_t)l * cut.small_layer;
+        for (int32_t row = 0; row < big->model.conv_width - 1; row++)
             for (int p = 0; p < 3; p++) {
-                unsigned char *in_big = b + (uint64_t)row * big_row + parts[p][0];
-                unsigned char *in_small = s + (uint64_t)row * small_row + parts[p][1];
-                memcpy(into_big ? in_big : in_small, into_big ? in_small : in_big, parts[p][2]);
+                unsigned char *in_big = b + (uint64_t)(row * cut.big_row + cut.part_big[p]) * a;
+                unsigned char *in_small =
+                    s + (uint64_t)(row * cut.small_row + cut.part_small[p]) * a;
+                memcpy(into_big ? in_big : in_small, into_big ? in_small : in_big,
+                       (size_t)((uint64_t)cut.part_channels[p] * a));
             }
-        unsigned char *big_state = b + conv_bytes(big) + heads * V * K *
-                                                               ssm_dtype_size(big->state_dtype);
-        unsigned char *small_state = s + conv_bytes(small);
+        unsigned char *big_state = b + cut.big_state_at, *small_state = s + cut.small_state_at;
         memcpy(into_big ? big_state : small_state, into_big ? small_state : big_state,
-               state_bytes(small));
+               (size_t)ssm_page_state_bytes(small));
     }
 }
 
@@ -180,7 +97,7 @@ static void info_of_context(const ssm_ctx *ctx, ssm_page_info *i)
         i->model.heads = h->heads;
         i->model.value_heads = h->value_heads;
     }
-    i->payload_bytes = payload_bytes(i);
+    i->payload_bytes = ssm_page_payload_bytes(i);
     i->page_bytes = PAGE_HEADER_BYTES + i->payload_bytes;
 }
 
@@ -193,33 +110,12 @@ size_t ssm_page_bytes(const ssm_ctx *ctx)
     return (size_t)i.page_bytes;
 }
 
-/* The header of docs/pages.md for i, with both checksums. */
-static void header_write(unsigned char *h, const ssm_page_info *i)
+void ssm_page_context_header(const ssm_ctx *ctx, ssm_page_info *info,
+                             unsigned char header[SSM_PAGE_HEADER_BYTES])
 {
-    memset(h, 0, PAGE_HEADER_BYTES);
-    memcpy(h, page_magic, sizeof page_magic);
-    put32(h + 8, i->format_version);
-    put32(h + 12, PAGE_HEADER_BYTES);
-    put32(h + 16, i->library_version);
-    put32(h + 20, (uint32_t)i->model.kind);
-    put32(h + 24, (uint32_t)i->model.layers);
-    put32(h + 28, (uint32_t)i->model.heads);
-    put32(h + 32, (uint32_t)i->model.value_heads);
-    put32(h + 36, (uint32_t)i->model.key_dim);
-    put32(h + 40, (uint32_t)i->model.value_dim);
-    put32(h + 44, (uint32_t)i->model.conv_width);
-    put32(h + 48, (uint32_t)i->model.has_lower_bound);
-    put32(h + 52, ssm_f32_bits(i->model.lower_bound));
-    put32(h + 56, (uint32_t)i->state_dtype);
-    put32(h + 60, (uint32_t)i->activation_dtype);
-    put32(h + 64, (uint32_t)i->head_first);
-    put32(h + 68, (uint32_t)i->head_end);
-    put64(h + 72, i->payload_bytes);
-    put32(h + 80, i->payload_crc);
-    put32(h + PAGE_HEADER_CRC_AT, ssm_crc32c(h, PAGE_HEADER_CRC_AT));
+    info_of_context(ctx, info);
+    ssm_page_header_write(header, info); /* payload checksum 0 */
 }
-
-static int in_range(int32_t v, int32_t max) { return v >= 1 && v <= max; }
 
 ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
 {
@@ -228,62 +124,34 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
     const unsigned char *h = page;
     if (bytes < 12)
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "not a state page: %zu bytes", bytes);
-    if (memcmp(h, page_magic, sizeof page_magic) != 0)
-        return ssm_error_set(SSM_ERR_PAGE_INVALID, "not a state page: bad magic");
-    ssm_page_info i;
-    memset(&i, 0, sizeof i);
-    i.format_version = get32(h + 8);
-    if (i.format_version != SSM_PAGE_FORMAT_VERSION)
+    for (int k = 0; k < 8; k++)
+        if (h[SSM_PAGE_AT_MAGIC + k] != ssm_page_magic(k))
+            return ssm_error_set(SSM_ERR_PAGE_INVALID, "not a state page: bad magic");
+    uint32_t version = ssm_page_get32(h + SSM_PAGE_AT_VERSION);
+    if (version != SSM_PAGE_FORMAT_VERSION)
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "page format version %u; ssmstate %s reads version %d",
-                             (unsigned)i.format_version, PACKAGE_VERSION, SSM_PAGE_FORMAT_VERSION);
+                             (unsigned)version, PACKAGE_VERSION, SSM_PAGE_FORMAT_VERSION);
     if (bytes < PAGE_HEADER_BYTES)
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "truncated page: %zu bytes, its header alone is %d", bytes,
                              PAGE_HEADER_BYTES);
-    if (get32(h + 12) != PAGE_HEADER_BYTES)
+    uint32_t header_bytes = ssm_page_get32(h + SSM_PAGE_AT_HEADER_BYTES);
+    if (header_bytes != PAGE_HEADER_BYTES)
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page header of %u bytes; version %d has %d",
-                             (unsigned)get32(h + 12), SSM_PAGE_FORMAT_VERSION,
+                             (unsigned)header_bytes, SSM_PAGE_FORMAT_VERSION,
                              PAGE_HEADER_BYTES);
-    uint32_t header_crc = get32(h + PAGE_HEADER_CRC_AT);
-    if (ssm_crc32c(h, PAGE_HEADER_CRC_AT) != header_crc)
+    if (ssm_crc32c(h, SSM_PAGE_AT_HEADER_CRC) != ssm_page_get32(h + SSM_PAGE_AT_HEADER_CRC))
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page header checksum mismatch (corrupt header)");
-    i.library_version = get32(h + 16);
-    i.model.kind = (ssm_model_kind)get32(h + 20);
-    i.model.layers = (int32_t)get32(h + 24);
-    i.model.heads = (int32_t)get32(h + 28);
-    i.model.value_heads = (int32_t)get32(h + 32);
-    i.model.key_dim = (int32_t)get32(h + 36);
-    i.model.value_dim = (int32_t)get32(h + 40);
-    i.model.conv_width = (int32_t)get32(h + 44);
-    i.model.has_lower_bound = (int32_t)get32(h + 48);
-    i.model.lower_bound = ssm_f32_from_bits(get32(h + 52));
-    i.state_dtype = (ssm_dtype)get32(h + 56);
-    i.activation_dtype = (ssm_dtype)get32(h + 60);
-    i.head_first = (int32_t)get32(h + 64);
-    i.head_end = (int32_t)get32(h + 68);
-    i.payload_bytes = get64(h + 72);
-    i.payload_crc = get32(h + 80);
+    ssm_page_info i;
+    memset(&i, 0, sizeof i);
+    ssm_page_info_read(h, &i);
     /* A header that checksums but describes an impossible page was written
      * by something else: refuse it before sizes are computed from it. */
-    const ssm_model_dims *m = &i.model; /* within the config's limits: no size overflows */
-    int dims_ok = (m->kind == SSM_MODEL_GDN || m->kind == SSM_MODEL_KDA) &&
-                  in_range(m->layers, SSM_MAX_LAYERS) && in_range(m->heads, SSM_MAX_HEADS) &&
-                  in_range(m->value_heads, SSM_MAX_HEADS) && m->value_heads % m->heads == 0 &&
-                  in_range(m->key_dim, SSM_MAX_HEAD_DIM) &&
-                  in_range(m->value_dim, SSM_MAX_HEAD_DIM) &&
-                  in_range(m->conv_width, SSM_MAX_CONV_WIDTH) &&
-                  (i.state_dtype == SSM_DTYPE_F32 || i.state_dtype == SSM_DTYPE_BF16) &&
-                  (i.activation_dtype == SSM_DTYPE_F32 || i.activation_dtype == SSM_DTYPE_BF16) &&
-                  i.head_first >= 0 && i.head_first < i.head_end &&
-                  i.head_end <= i.model.value_heads &&
-                  i.head_first % (m->value_heads / m->heads) == 0 &&
-                  i.head_end % (m->value_heads / m->heads) == 0;
-    if (!dims_ok || i.payload_bytes != payload_bytes(&i))
+    if (!ssm_page_dims_valid(&i) || i.payload_bytes != ssm_page_payload_bytes(&i))
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "page header describes no valid page (dims, dtypes, head slice or "
                              "payload size)");
-    i.page_bytes = PAGE_HEADER_BYTES + i.payload_bytes;
     if ((uint64_t)bytes < i.page_bytes)
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "truncated page: %zu bytes, its header says %llu", bytes,
@@ -297,33 +165,37 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
 /* The first difference between a page and the context, as an error. */
 static ssm_status page_matches(const ssm_ctx *ctx, const ssm_page_info *page)
 {
+    static const char *const names[] = {
+        [SSM_PAGE_FIELD_KIND] = "model kind",
+        [SSM_PAGE_FIELD_LAYERS] = "layers",
+        [SSM_PAGE_FIELD_HEADS] = "heads",
+        [SSM_PAGE_FIELD_VALUE_HEADS] = "value_heads",
+        [SSM_PAGE_FIELD_KEY_DIM] = "key_dim",
+        [SSM_PAGE_FIELD_VALUE_DIM] = "value_dim",
+        [SSM_PAGE_FIELD_CONV_WIDTH] = "conv_width",
+        [SSM_PAGE_FIELD_HAS_LOWER_BOUND] = "has_lower_bound",
+        [SSM_PAGE_FIELD_STATE_DTYPE] = "state dtype",
+        [SSM_PAGE_FIELD_ACT_DTYPE] = "activation dtype",
+    };
     ssm_page_info want;
     info_of_context(ctx, &want);
-    const ssm_model_dims *a = &page->model, *b = &want.model;
-#define SSM_PAGE_FIELD(name, got, expected)                                                     \
-    if ((got) != (expected))                                                                   \
-        return ssm_error_set(SSM_ERR_PAGE_INVALID, "page has %s %lld, the context %lld", name, \
-                             (long long)(got), (long long)(expected));
-    SSM_PAGE_FIELD("model kind", a->kind, b->kind)
-    SSM_PAGE_FIELD("layers", a->layers, b->layers)
-    SSM_PAGE_FIELD("heads", a->heads, b->heads)
-    SSM_PAGE_FIELD("value_heads", a->value_heads, b->value_heads)
-    SSM_PAGE_FIELD("key_dim", a->key_dim, b->key_dim)
-    SSM_PAGE_FIELD("value_dim", a->value_dim, b->value_dim)
-    SSM_PAGE_FIELD("conv_width", a->conv_width, b->conv_width)
-    SSM_PAGE_FIELD("has_lower_bound", a->has_lower_bound, b->has_lower_bound)
-    SSM_PAGE_FIELD("state dtype", page->state_dtype, want.state_dtype)
-    SSM_PAGE_FIELD("activation dtype", page->activation_dtype, want.activation_dtype)
-#undef SSM_PAGE_FIELD
-    if (page->head_first > want.head_first || page->head_end < want.head_end)
+    int64_t got, expected;
+    ssm_page_field field = ssm_page_mismatch(page, &want, &got, &expected);
+    switch (field) {
+    case SSM_PAGE_FIELD_NONE:
+        return SSM_OK;
+    case SSM_PAGE_FIELD_HEAD_SLICE:
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "page holds value heads [%d, %d), the context [%d, %d)",
                              (int)page->head_first, (int)page->head_end, (int)want.head_first,
                              (int)want.head_end);
-    if (a->has_lower_bound && ssm_f32_bits(a->lower_bound) != ssm_f32_bits(b->lower_bound))
+    case SSM_PAGE_FIELD_LOWER_BOUND:
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page has lower_bound %g, the context %g",
-                             (double)a->lower_bound, (double)b->lower_bound);
-    return SSM_OK;
+                             (double)page->model.lower_bound, (double)want.model.lower_bound);
+    default:
+        return ssm_error_set(SSM_ERR_PAGE_INVALID, "page has %s %lld, the context %lld",
+                             names[field], (long long)got, (long long)expected);
+    }
 }
 
 /* Arrays of a pointer per layer, for payload_point. */
@@ -344,7 +216,7 @@ static int pointers_alloc(const ssm_page_info *i, void ***conv, void ***state)
 static void payload_point(const ssm_page_info *i, unsigned char *payload, void **conv,
                           void **state)
 {
-    uint64_t c = conv_bytes(i), s = state_bytes(i);
+    uint64_t c = ssm_page_conv_bytes(i), s = ssm_page_state_bytes(i);
     for (int32_t l = 0; l < i->model.layers; l++) {
         conv[l] = payload + (uint64_t)l * (c + s);
         state[l] = payload + (uint64_t)l * (c + s) + c;
@@ -394,7 +266,7 @@ static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsi
     if (status != SSM_OK)
         return status;
     i->payload_crc = ssm_crc32c(payload, (size_t)i->payload_bytes);
-    header_write(out, i);
+    ssm_page_header_write(out, i);
     return SSM_OK;
 }
 
@@ -558,6 +430,15 @@ static ssm_status batch_slots_ok(const ssm_ctx *ctx, int32_t count, const int32_
     return SSM_OK;
 }
 
+ssm_status ssm_page_batch_checks(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                 const void *pages, size_t stride, const char *what)
+{
+    ssm_status status = batch_slots_ok(ctx, count, slots, pages, stride, what);
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = page_slot_checks(ctx, slots[k], "moving a page");
+    return status;
+}
+
 ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots, void *pages,
                                   size_t stride)
 {
@@ -612,10 +493,10 @@ static int overlaps(const void *a, uint64_t an, const void *b, uint64_t bn)
 static void page_seal(unsigned char *out, ssm_page_info *i)
 {
     i->library_version = library_version();
-    i->payload_bytes = payload_bytes(i);
+    i->payload_bytes = ssm_page_payload_bytes(i);
     i->page_bytes = PAGE_HEADER_BYTES + i->payload_bytes;
     i->payload_crc = ssm_crc32c(out + PAGE_HEADER_BYTES, (size_t)i->payload_bytes);
-    header_write(out, i);
+    ssm_page_header_write(out, i);
 }
 
 ssm_status ssm_page_slice(const void *page, size_t bytes, int32_t first, int32_t end, void *out,
@@ -638,7 +519,7 @@ ssm_status ssm_page_slice(const void *page, size_t bytes, int32_t first, int32_t
     ssm_page_info o = i;
     o.head_first = first;
     o.head_end = end;
-    uint64_t need = PAGE_HEADER_BYTES + payload_bytes(&o);
+    uint64_t need = PAGE_HEADER_BYTES + ssm_page_payload_bytes(&o);
     if ((uint64_t)capacity < need)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "ssm_page_slice: the slice takes %llu bytes; the buffer has %zu",
@@ -702,7 +583,7 @@ static ssm_status merge_pages(const void *const *pages, const size_t *bytes, int
     }
     ssm_page_info o = info[order[0]];
     o.head_end = info[order[count - 1]].head_end;
-    uint64_t need = PAGE_HEADER_BYTES + payload_bytes(&o);
+    uint64_t need = PAGE_HEADER_BYTES + ssm_page_payload_bytes(&o);
     if ((uint64_t)capacity < need)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "ssm_page_merge: the merged page takes %llu bytes; the buffer has "

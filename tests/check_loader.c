@@ -58,6 +58,50 @@ START_TEST(test_library_without_symbol_refused)
 }
 END_TEST
 
+/* A table of ABI 0.1 (before export_slots and import_slots) loads, and the
+ * core's copy of it reads the entries past its struct_size as NULL. */
+START_TEST(test_old_table_accepted)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/old_table.so", test_plugin_dir());
+    ssm_loaded_plugin p = {0};
+    ck_assert_msg(ssm_loader_open_file(path, &p) == SSM_OK, "%s", ssm_last_error());
+    ck_assert_uint_eq(p.table->struct_size, SSM_PLUGIN_V1_MIN_SIZE);
+    ck_assert_uint_lt(SSM_PLUGIN_V1_MIN_SIZE, sizeof(ssm_plugin_v1));
+    ck_assert_ptr_nonnull(p.table->export_slots); /* the object has one, past its table */
+    ssm_plugin_v1 copy;
+    memset(&copy, 0xAB, sizeof copy);
+    ssm_loader_table(&p, &copy);
+    ck_assert_ptr_eq(copy.commit, p.table->commit);
+    ck_assert_ptr_null(copy.export_slots);
+    ck_assert_ptr_null(copy.import_slots);
+    ssm_loader_close(&p);
+
+    /* today's plugins carry the 0.2 entries */
+    ck_assert_int_eq(ssm_loader_open_mode("native", NULL, &p), SSM_OK);
+    ck_assert_uint_eq(p.table->struct_size, sizeof(ssm_plugin_v1));
+    ssm_loader_table(&p, &copy);
+    ck_assert_ptr_nonnull(copy.export_slots);
+    ck_assert_ptr_nonnull(copy.import_slots);
+    ssm_loader_close(&p);
+}
+END_TEST
+
+START_TEST(test_short_table_refused)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/short_table.so", test_plugin_dir());
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has(path);
+    char sizes[128];
+    snprintf(sizes, sizeof sizes, "a table of %zu bytes; ABI version 1 needs %zu",
+             (size_t)(SSM_PLUGIN_V1_MIN_SIZE - sizeof(void *)), (size_t)SSM_PLUGIN_V1_MIN_SIZE);
+    ck_assert_error_has(sizes);
+    ck_assert_ptr_null(p.handle);
+}
+END_TEST
+
 START_TEST(test_not_a_library_refused)
 {
     char dir[] = "/tmp/ssm-loader-XXXXXX";
@@ -328,6 +372,8 @@ Suite *make_suite(void)
     TCase *files = tcase_create("files");
     tcase_add_test(files, test_missing_plugin_names_paths);
     tcase_add_test(files, test_wrong_abi_refused);
+    tcase_add_test(files, test_old_table_accepted);
+    tcase_add_test(files, test_short_table_refused);
     tcase_add_test(files, test_library_without_symbol_refused);
     tcase_add_test(files, test_not_a_library_refused);
     tcase_add_test(files, test_native_found_on_env_path);

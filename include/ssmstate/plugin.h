@@ -16,6 +16,7 @@ typedef ssm_option_v1 ssm_option;
 typedef ssm_step_v1 ssm_step;
 typedef ssm_commit_v1 ssm_commit_args;
 typedef ssm_canonical_v1 ssm_canonical;
+typedef ssm_page_view_v1 ssm_page_view;
 
 /* Defines the module's one exported symbol. Use it once per plugin:
  *   SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = { ... }; */

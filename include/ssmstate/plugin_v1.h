@@ -3,7 +3,8 @@
  * A mode plugin is a shared module that exports exactly one symbol,
  * `ssm_plugin_entry_v1` (SSM_PLUGIN_V1_SYMBOL), a const ssm_plugin_v1.
  * The core dlopen()s the module, checks abi_version == 1 and
- * struct_size >= the size it knows, and from then on calls only through the
+ * struct_size >= SSM_PLUGIN_V1_MIN_SIZE (the table of 0.1), reads entries
+ * past a shorter table as NULL, and from then on calls only through the
  * table. A plugin never links against libssmstate: what it needs from the core
  * (memory, logging, errors, flags) comes through the services table it is
  * handed at create().
@@ -131,6 +132,26 @@ typedef struct ssm_canonical_v1 {
     void *const *state;
 } ssm_canonical_v1;
 
+/* Appended in 0.2 (device pages, docs/pages.md): where one slot's canonical
+ * form lies in a page payload in device memory, for export_slots and
+ * import_slots. Layer l starts at payload + l * layer_bytes. Its conv window
+ * is W-1 rows of row_channels channels (activation dtype); row r holds the
+ * context's D channels in three runs, at channels part_at[0] (q of the
+ * context's H key heads, H K channels), part_at[1] (k, H K channels) and
+ * part_at[2] (v of its HV value heads, HV V channels) of the row. Its state
+ * [HV][V][K] (state dtype) starts at byte state_at of the layer. A page of
+ * exactly the context's heads has row_channels = D, part_at = {0, H K,
+ * 2 H K} and state_at = (W-1) D times the activation size; a page holding
+ * more value heads (a whole page imported into a tensor-parallel rank) has
+ * its own row and offsets. Pointers and byte offsets are multiples of 8. */
+typedef struct ssm_page_view_v1 {
+    uint8_t *payload;
+    uint64_t layer_bytes;
+    uint64_t state_at;
+    int64_t row_channels;
+    int64_t part_at[3];
+} ssm_page_view_v1;
+
 typedef struct ssm_plugin_v1 {
     uint32_t abi_version;   /* SSM_PLUGIN_V1_ABI_VERSION */
     uint32_t struct_size;   /* sizeof(ssm_plugin_v1) as the plugin was built */
@@ -170,7 +191,37 @@ typedef struct ssm_plugin_v1 {
     ssm_status (*copy_slot)(void *instance, int32_t src_slot, int32_t dst_slot, void *stream);
     /* Folds pending history into the state of each slot (NULL: nothing to fold). */
     ssm_status (*materialize)(void *instance, const int32_t *slots, int32_t count, void *stream);
+
+    /* Appended in 0.2 (check struct_size; the core reads a shorter table of
+     * 0.1 as if these were NULL). Batched page moves between slots and
+     * pages in device memory, for ssm_slots_export_pages_device and
+     * ssm_slots_import_pages_device; CUDA contexts only (a plugin may leave
+     * them NULL, and answer SSM_ERR_UNSUPPORTED on a CPU context). Stream-
+     * ordered like a step: no allocation, no synchronization, a fixed number
+     * of launches per batch (not one per slot).
+     * `slots` is host memory, [count], checked (acquired, distinct, no
+     * pending verify). `views` is device memory of `capacity` entries,
+     * indexed by slot: views[slots[k]] says where page k's canonical form
+     * lies; the core writes it on the stream before the call, and the
+     * plugin's kernels read it there (ssm_page_view_v1).
+     * export_slots writes every slot's canonical form into its page's
+     * payload (the same bytes export_slot would give; history folded into
+     * the page, never the slot). import_slots replaces each slot's window,
+     * state and the mode's scratch for it, as import_slot does, unless
+     * `refused` (device memory; NULL: load) holds a nonzero word when the
+     * plugin's kernels run: then they change nothing at all. The core falls
+     * back to one export_slot per slot without export_slots; without
+     * import_slots it refuses device imports (SSM_ERR_UNSUPPORTED). */
+    ssm_status (*export_slots)(void *instance, int32_t count, const int32_t *slots,
+                               const ssm_page_view_v1 *views, void *stream);
+    ssm_status (*import_slots)(void *instance, int32_t count, const int32_t *slots,
+                               const ssm_page_view_v1 *views, const uint32_t *refused,
+                               void *stream);
 } ssm_plugin_v1;
+
+/* The table of 0.1 ended with materialize: the shortest table the core
+ * accepts (struct_size of a plugin built before export_slots). */
+#define SSM_PLUGIN_V1_MIN_SIZE offsetof(ssm_plugin_v1, export_slots)
 
 #ifdef __cplusplus
 }

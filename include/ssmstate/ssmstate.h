@@ -355,6 +355,77 @@ ssm_status ssm_slots_export_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
 ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                   const void *pages, size_t stride);
 
+/* Pages in device memory (docs/pages.md, "Device pages"): the same bytes
+ * as host pages, moved stream-ordered on `stream` (a cudaStream_t of the
+ * context's device) with no host synchronization and no allocation, so a
+ * prefill GPU can export while it computes and a decode GPU import while it
+ * decodes (hand the pages over with NCCL or peer copies in between). Only on
+ * CUDA contexts: a CPU context answers SSM_ERR_UNSUPPORTED once the
+ * arguments pass.
+ *
+ * `slots` is host memory; page k of slots[k] lies at pages + k * stride in
+ * the context's device memory (`count` pages of `stride` bytes each). Both
+ * calls check on the host, before anything is queued, what ssm_slots_export_
+ * pages checks: non-NULL pointers, 1 <= count <= the pool, stride >=
+ * ssm_page_bytes, no slot named twice, every slot acquired with no pending
+ * verify; and that `pages` and `stride` are multiples of 8 bytes. On any
+ * error nothing is queued and nothing changes. The call makes the context's
+ * device current and then the caller's again. Batches of any size are one
+ * call; the kernels take up to 64 pages per launch and loop (the mode's
+ * copies likewise). Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE,
+ * SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING, SSM_ERR_UNSUPPORTED
+ * (a CPU context, a mode without page moves), SSM_ERR_DEVICE (a launch
+ * failed). */
+
+/* Writes each slot's page into device memory: byte for byte the page
+ * ssm_slots_export_pages writes to host memory for the same slot. The mode
+ * writes the canonical form straight into the pages' payloads (replay folds
+ * its history into the page, never into the slot), then one kernel
+ * checksums every payload and writes every header. No slot changes. */
+ssm_status ssm_slots_export_pages_device(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                         void *pages, size_t stride, void *stream);
+
+/* Why a device page was or was not loaded: status[k] of
+ * ssm_slots_import_pages_device, written on the stream. A page gets the
+ * first that applies, checked in this order, except that whether the page
+ * fits in its stride (SSM_PAGE_BAD_LENGTH) is checked after its fields and
+ * heads: a page of other dims is SSM_PAGE_BAD_MODEL whatever its size. */
+typedef enum ssm_page_status {
+    SSM_PAGE_ACCEPTED = 0,         /* loaded: the slot holds the page */
+    SSM_PAGE_BAD_MAGIC = 1,        /* not a state page */
+    SSM_PAGE_BAD_VERSION = 2,      /* another format version or header length */
+    SSM_PAGE_HEADER_CHECKSUM = 3,  /* the header's CRC32C does not match */
+    SSM_PAGE_MALFORMED = 4,        /* a header that checksums but describes no valid
+                                      page (dims outside the limits, dtypes, head slice) */
+    SSM_PAGE_BAD_LENGTH = 5,       /* the payload length field disagrees with the
+                                      dims, or the page does not fit in its stride */
+    SSM_PAGE_BAD_MODEL = 6,        /* another model kind, layers, H, HV, K, V, W or
+                                      lower bound than the context's */
+    SSM_PAGE_BAD_DTYPE = 7,        /* another state or activation dtype */
+    SSM_PAGE_BAD_HEADS = 8,        /* the page lacks some of the context's value heads */
+    SSM_PAGE_PAYLOAD_CHECKSUM = 9, /* the payload's CRC32C does not match */
+    SSM_PAGE_NOT_LOADED = 10       /* a valid page whose batch was refused for another */
+} ssm_page_status;
+
+/* Loads page k into slots[k], all or none, with every check on the device:
+ * one kernel checks each page against the page this context writes
+ * (magic, version, every field, both checksums; a page may hold more value
+ * heads than the context: a tensor-parallel rank takes its own from a
+ * whole page) and writes status[k] (ssm_page_status, int32, device memory
+ * of the context's device). When every page passes, each slot's window,
+ * state and mode scratch are replaced (as ssm_slot_import_page does) and
+ * its flags cleared; when any page fails, no slot changes at all, the
+ * passing pages get SSM_PAGE_NOT_LOADED and every slot of the batch gets
+ * SSM_FLAG_PAGE_REFUSED (ssm_ctx_status, ssm_slot_flags; cleared by a
+ * later load, reset or release). Nothing is known on the host at return:
+ * read `status` or the flags after the stream. The pages must not change
+ * until the stream has passed the call. Besides the errors above:
+ * SSM_ERR_UNSUPPORTED for a mode plugin without the batched import_slots
+ * (ABI 0.1). */
+ssm_status ssm_slots_import_pages_device(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                         const void *pages, size_t stride, int32_t *status,
+                                         void *stream);
+
 /* Writes to `out` (`capacity` bytes) the page of value heads [first, end)
  * of `page`, which must hold them; first and end multiples of the model's
  * group (value_heads / heads). The window keeps the slice's channels (q and k

@@ -99,7 +99,9 @@ typedef struct ssm_step_io {
 enum {
     SSM_FLAG_NONFINITE_INPUT = 1u << 0, /* a row's inputs held NaN or Inf */
     SSM_FLAG_BAD_ACCEPTED = 1u << 1,    /* device-side accepted length outside [1, T]: row skipped */
-    SSM_FLAG_BAD_SLOT = 1u << 2         /* device-side slot outside the pool: row skipped */
+    SSM_FLAG_BAD_SLOT = 1u << 2,        /* device-side slot outside the pool: row skipped */
+    SSM_FLAG_PAGE_REFUSED = 1u << 3     /* a device page import refused this slot's batch:
+                                           the slot is as it was (ssm_slots_import_pages_device) */
 };
 
 /* Size in bytes of one element of a dtype; 0 for an unknown value. */

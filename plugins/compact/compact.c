@@ -170,6 +170,33 @@ static ssm_status compact_copy_slot(void *instance, int32_t src, int32_t dst, vo
     return SSM_OK;
 }
 
+/* Pages in device memory: the GPU path only (the core asks only CUDA
+ * contexts). */
+static ssm_status compact_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                      const ssm_page_view_v1 *views, void *stream)
+{
+    compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_export_slots(c, count, slots, views, stream);
+#endif
+    return c->services->error(c->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
+static ssm_status compact_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                      const ssm_page_view_v1 *views, const uint32_t *refused,
+                                      void *stream)
+{
+    compact_mode *c = instance;
+#ifdef HAVE_CUDA
+    if (compact_on_gpu(c))
+        return compact_cuda_import_slots(c, count, slots, views, refused, stream);
+#endif
+    return c->services->error(c->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
@@ -190,4 +217,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .import_slot = compact_import_slot,
     .copy_slot = compact_copy_slot,
     .materialize = NULL,
+    .export_slots = compact_export_slots,
+    .import_slots = compact_import_slots,
 };

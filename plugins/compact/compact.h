@@ -64,6 +64,11 @@ ssm_status compact_cuda_export(compact_mode *c, int32_t slot, const ssm_canonica
 ssm_status compact_cuda_import(compact_mode *c, int32_t slot, const ssm_canonical_v1 *src,
                                void *stream);
 ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream);
+ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, void *stream);
+ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, const uint32_t *refused,
+                                     void *stream);
 
 static inline int compact_on_gpu(const compact_mode *c)
 {

@@ -3,6 +3,7 @@
  * every layer in one launch, through tile_token like native's update, and
  * the conv windows move in blocks of that same launch (tile.cuh). */
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/pages.cuh"
 
 extern "C" {
 #include "plugins/compact/compact.h"
@@ -147,4 +148,39 @@ extern "C" ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t ds
                           c->services);
     }
     return st;
+}
+
+/* The slots as the page moves see them: one state each; an import zeroes
+ * the window's tail, as compact_cuda_reset and then compact_cuda_import
+ * leave a slot (the records are not touched there either). */
+static move_store page_store(compact_mode *c)
+{
+    gpu_common &g = G(c);
+    move_store s = {};
+    s.d = g.d;
+    s.layers = g.layers;
+    s.act_size = (int32_t)g.act_size;
+    s.state_size = (int32_t)g.state_size;
+    s.state = c->states;
+    s.snapshots = 1;
+    s.conv = c->conv;
+    s.conv_rows = g.conv_rows;
+    return s;
+}
+
+extern "C" ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count,
+                                                const int32_t *slots,
+                                                const ssm_page_view_v1 *views, void *stream)
+{
+    return launch_page_moves<false>(page_store(c), count, slots, views, NULL, stream,
+                                    c->services);
+}
+
+extern "C" ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count,
+                                                const int32_t *slots,
+                                                const ssm_page_view_v1 *views,
+                                                const uint32_t *refused, void *stream)
+{
+    return launch_page_moves<true>(page_store(c), count, slots, views, refused, stream,
+                                   c->services);
 }

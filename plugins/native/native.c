@@ -163,6 +163,33 @@ static ssm_status native_copy_slot(void *instance, int32_t src, int32_t dst, voi
     return SSM_OK;
 }
 
+/* Pages in device memory: the GPU path only (the core asks only CUDA
+ * contexts). */
+static ssm_status native_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, void *stream)
+{
+    native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_export_slots(n, count, slots, views, stream);
+#endif
+    return n->services->error(n->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
+static ssm_status native_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, const uint32_t *refused,
+                                     void *stream)
+{
+    native_mode *n = instance;
+#ifdef HAVE_CUDA
+    if (native_on_gpu(n))
+        return native_cuda_import_slots(n, count, slots, views, refused, stream);
+#endif
+    return n->services->error(n->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
@@ -183,4 +210,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .import_slot = native_import_slot,
     .copy_slot = native_copy_slot,
     .materialize = NULL,
+    .export_slots = native_export_slots,
+    .import_slots = native_import_slots,
 };

@@ -57,6 +57,11 @@ ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm_canonical_
 ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm_canonical_v1 *src,
                               void *stream);
 ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst, void *stream);
+ssm_status native_cuda_export_slots(native_mode *n, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, void *stream);
+ssm_status native_cuda_import_slots(native_mode *n, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, const uint32_t *refused,
+                                    void *stream);
 
 static inline int native_on_gpu(const native_mode *n)
 {

@@ -2,6 +2,7 @@
  * t into snapshot t, commit moves the device-side current index, decode and
  * prefill update the current snapshot in place. */
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/pages.cuh"
 
 extern "C" {
 #include "plugins/native/native.h"
@@ -146,4 +147,43 @@ extern "C" ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst,
                           n->services);
     }
     return st;
+}
+
+/* The slots as the page moves see them: the current snapshot is read on
+ * export; an import writes snapshot 0 and zeroes the others, the window's
+ * tail and the current index, as native_cuda_reset and then
+ * native_cuda_import leave a slot. */
+static move_store page_store(native_mode *n)
+{
+    gpu_common &g = G(n);
+    move_store s = {};
+    s.d = g.d;
+    s.layers = g.layers;
+    s.act_size = (int32_t)g.act_size;
+    s.state_size = (int32_t)g.state_size;
+    s.state = n->states;
+    s.snapshots = n->snapshots;
+    s.current = n->current;
+    s.conv = n->conv;
+    s.conv_rows = g.conv_rows;
+    s.zero[0] = (uint8_t *)n->current;
+    s.zero_bytes[0] = sizeof(int32_t);
+    return s;
+}
+
+extern "C" ssm_status native_cuda_export_slots(native_mode *n, int32_t count,
+                                               const int32_t *slots,
+                                               const ssm_page_view_v1 *views, void *stream)
+{
+    return launch_page_moves<false>(page_store(n), count, slots, views, NULL, stream,
+                                    n->services);
+}
+
+extern "C" ssm_status native_cuda_import_slots(native_mode *n, int32_t count,
+                                               const int32_t *slots,
+                                               const ssm_page_view_v1 *views,
+                                               const uint32_t *refused, void *stream)
+{
+    return launch_page_moves<true>(page_store(n), count, slots, views, refused, stream,
+                                   n->services);
 }

@@ -399,6 +399,33 @@ static ssm_status replay_materialize(void *instance, const int32_t *slots, int32
     return SSM_OK;
 }
 
+/* Pages in device memory: the GPU path only (the core asks only CUDA
+ * contexts). */
+static ssm_status replay_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, void *stream)
+{
+    replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_export_slots(r, count, slots, views, stream);
+#endif
+    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
+static ssm_status replay_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                     const ssm_page_view_v1 *views, const uint32_t *refused,
+                                     void *stream)
+{
+    replay_mode *r = instance;
+#ifdef HAVE_CUDA
+    if (replay_on_gpu(r))
+        return replay_cuda_import_slots(r, count, slots, views, refused, stream);
+#endif
+    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
+                              "batched page moves need a CUDA context");
+}
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
@@ -419,4 +446,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .import_slot = replay_import_slot,
     .copy_slot = replay_copy_slot,
     .materialize = replay_materialize,
+    .export_slots = replay_export_slots,
+    .import_slots = replay_import_slots,
 };

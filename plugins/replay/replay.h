@@ -120,6 +120,11 @@ ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm_canonical_
 ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
                               void *stream);
 ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream);
+ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, void *stream);
+ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, const uint32_t *refused,
+                                    void *stream);
 ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
                                    void *stream);
 

@@ -17,6 +17,7 @@
  * and that decode is native's two launches plus the ring's bookkeeping. The
  * choice is the host's, from the row count alone. */
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/pages.cuh"
 
 extern "C" {
 #include "plugins/replay/replay.h"
@@ -321,4 +322,57 @@ extern "C" ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slo
             return st;
     }
     return SSM_OK;
+}
+
+/* The slots as the page moves see them: the checkpoint; an import zeroes
+ * the window's tail, the ring, its cursor and its start, as
+ * replay_cuda_reset and then replay_cuda_import leave a slot. */
+static move_store page_store(replay_mode *r)
+{
+    gpu_common &g = G(r);
+    move_store s = {};
+    s.d = g.d;
+    s.layers = g.layers;
+    s.act_size = (int32_t)g.act_size;
+    s.state_size = (int32_t)g.state_size;
+    s.state = r->checkpoints;
+    s.snapshots = 1;
+    s.conv = r->conv;
+    s.conv_rows = g.conv_rows;
+    s.zero[0] = r->records;
+    s.zero_bytes[0] = (int64_t)g.layers * r->options.history * r->gpu->ring.bytes;
+    s.zero[1] = (uint8_t *)r->cursors;
+    s.zero_bytes[1] = (int64_t)g.layers * (int64_t)sizeof(int32_t);
+    s.zero[2] = (uint8_t *)r->gpu->ring_start;
+    s.zero_bytes[2] = (int64_t)g.layers * (int64_t)sizeof(int32_t);
+    return s;
+}
+
+/* The committed history is applied to a copy of each checkpoint on its way
+ * into the page (fold_into's bits), never to the slot. */
+extern "C" ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count,
+                                               const int32_t *slots,
+                                               const ssm_page_view_v1 *views, void *stream)
+{
+    gpu_common &g = G(r);
+    fold_args a = {};
+    a.s = page_store(r);
+    a.views = views;
+    a.ring = r->records;
+    a.ring_layer_stride = (int64_t)r->options.history * r->gpu->ring.bytes;
+    a.ring_slot_stride = a.ring_layer_stride * g.layers;
+    a.ring_layout = r->gpu->ring;
+    a.ring_n = r->cursors;
+    a.ring_start = r->gpu->ring_start;
+    a.ring_mask = r->options.history - 1;
+    return launch_page_folds(a, count, slots, g.state_dtype, g.act_dtype, stream, r->services);
+}
+
+extern "C" ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count,
+                                               const int32_t *slots,
+                                               const ssm_page_view_v1 *views,
+                                               const uint32_t *refused, void *stream)
+{
+    return launch_page_moves<true>(page_store(r), count, slots, views, refused, stream,
+                                   r->services);
 }
