@@ -44,6 +44,7 @@
 
 #include "core/page_format.h" /* header fields, to spoil pages (inline only) */
 #include "tests/expect.h"
+#include "tests/gpu/gpu_suite.h"
 #include "tests/gpu/gpu_world.h"
 
 #define HEADER SSM_PAGE_HEADER_BYTES
@@ -612,19 +613,4 @@ static Suite *make_suite(void)
     return s;
 }
 
-int main(void)
-{
-    if (gpu_device_count() == 0) {
-        printf("1..0 # SKIP no CUDA device\n");
-        return 77;
-    }
-    test_seed(); /* printed once */
-    if (!gpu_ok(cudaSetDevice(0), "cudaSetDevice"))
-        return 1;
-    SRunner *runner = srunner_create(make_suite());
-    srunner_set_fork_status(runner, CK_NOFORK); /* CUDA is initialized: no fork */
-    srunner_run_all(runner, CK_ENV);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return gpu_suite_main(make_suite); }
