@@ -1,11 +1,13 @@
 /* Times the GPU's chunked recurrence alone on issue 5's prefill shapes:
  * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
- * 32), 1 x 4096 and 8 x 1024 tokens, one layer. Forms: chunk_tc.cuh's pair
+ * 32), 1 x 4096 and 8 x 1024 tokens and a variable-length batch of 8
+ * rows (8192 tokens, 256 to 2048 a row), one layer. Forms: chunk_tc.cuh's pair
  * on tensor cores with an fp32 state, each of its two kernels alone, the
  * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are
  * prepared tokens (normalized-scale k and q, v, log-decays, beta) filled on
- * the device; the conv and gates of the prologue are not in the time. Prints the median over the repetitions
- * (CUDA events) and tokens/s per layer; bench/fla_prefill.py times fla-core
+ * the device; the conv and gates of the prologue are not in the time.
+ * Prints the median over the repetitions (CUDA events) and tokens/s per
+ * layer; bench/fla_prefill.py times fla-core
  * on the same shapes (docs/prefill.md).
  *
  *   nvcc -std=c++17 -O3 --fmad=false -gencode=arch=compute_90,code=sm_90 \
@@ -43,8 +45,23 @@ const char *const form_names[] = {"tensor-core", "  prepare", "  scan", "tc bf16
 struct Shape {
     const char *model;
     bool kda;
-    int32_t H, HV, rows, tokens;
+    int32_t H, HV, rows, tokens; /* tokens: every row's, or the longest row's */
+    const int32_t *lengths;      /* rows' own lengths (a variable-length batch), or null */
 };
+
+/* A variable-length batch of 8 rows, 8192 tokens in all (8 x 1024 on
+ * average), as fla_prefill.py's cu_seqlens: each row in its own region of
+ * the inputs, as the modes lay out a step's rows. */
+const int32_t varlen_rows[8] = {2048, 512, 1536, 256, 1024, 768, 1280, 768};
+
+/* Tokens of a shape, all rows. */
+int64_t shape_tokens(const Shape &s)
+{
+    int64_t n = 0;
+    for (int32_t r = 0; r < s.rows; r++)
+        n += s.lengths ? s.lengths[r] : s.tokens;
+    return n;
+}
 
 bool ok(cudaError_t e, const char *what)
 {
@@ -76,6 +93,8 @@ double time_shape(const Shape &s, int form, int reps)
     float *out = device_floats(tokens * s.HV * V, 7, 0.0f, 0.0f);
     int32_t *counts = nullptr;
     std::vector<int32_t> host(s.rows, s.tokens);
+    for (int32_t r = 0; r < s.rows && s.lengths; r++)
+        host[r] = s.lengths[r];
     double median = -1;
     if (q && k && v && g && beta && state && out &&
         ok(cudaMalloc(&counts, sizeof(int32_t) * s.rows), "cudaMalloc") &&
@@ -172,21 +191,24 @@ double time_shape(const Shape &s, int form, int reps)
 
 } /* namespace */
 
-/* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-3)
+/* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-5)
  * in the tensor-core form only (for a profiler). */
 int main(int argc, char **argv)
 {
     const Shape shapes[] = {
-        {"qwen3-next (GDN)", false, 16, 32, 1, 4096},
-        {"qwen3-next (GDN)", false, 16, 32, 8, 1024},
-        {"kimi-linear (KDA)", true, 32, 32, 1, 4096},
-        {"kimi-linear (KDA)", true, 32, 32, 8, 1024},
+        {"qwen3-next (GDN)", false, 16, 32, 1, 4096, nullptr},
+        {"qwen3-next (GDN)", false, 16, 32, 8, 1024, nullptr},
+        {"qwen3-next (GDN)", false, 16, 32, 8, 2048, varlen_rows},
+        {"kimi-linear (KDA)", true, 32, 32, 1, 4096, nullptr},
+        {"kimi-linear (KDA)", true, 32, 32, 8, 1024, nullptr},
+        {"kimi-linear (KDA)", true, 32, 32, 8, 2048, varlen_rows},
     };
+    const int shape_count = (int)(sizeof shapes / sizeof shapes[0]);
     int only = argc > 1 ? std::atoi(argv[1]) : -1, reps = argc > 2 ? std::atoi(argv[2]) : 20;
-    std::printf("%-20s %-12s %10s %12s %16s\n", "model", "kernel", "B x T", "median ms",
+    std::printf("%-20s %-12s %12s %12s %16s\n", "model", "kernel", "B x T", "median ms",
                 "tokens/s/layer");
     int failed = 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < shape_count; i++)
         for (int form = 0; form < FORMS; form++) {
             if (only >= 0 && (i != only || form != FORM_BOTH))
                 continue;
@@ -196,9 +218,14 @@ int main(int argc, char **argv)
                 failed = 1;
                 continue;
             }
-            double rate = (double)s.rows * s.tokens / (ms * 1e-3);
-            std::printf("%-20s %-12s %4d x %-5d %12.3f %15.2fM\n", s.model, form_names[form],
-                        s.rows, s.tokens, ms, rate / 1e6);
+            double rate = (double)shape_tokens(s) / (ms * 1e-3);
+            char size[32];
+            if (s.lengths)
+                std::snprintf(size, sizeof size, "%d varlen", s.rows);
+            else
+                std::snprintf(size, sizeof size, "%d x %d", s.rows, s.tokens);
+            std::printf("%-20s %-12s %12s %12.3f %15.2fM\n", s.model, form_names[form], size,
+                        ms, rate / 1e6);
         }
     return failed;
 }
