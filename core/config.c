@@ -16,7 +16,7 @@
 
 /* ------------------------------------------------------------ the keys */
 
-const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "workload"};
+const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "workload", "tuning"};
 
 #define INT_KEY(section, name, required, field, min, max) \
     {section, name, required, 1, offsetof(ssm_config, field), min, max}
@@ -55,6 +55,11 @@ const key_spec key_specs[KEY_COUNT] = {
                                  INT32_MAX),
     [KEY_ACCEPTANCE] = OTHER_KEY(SECTION_WORKLOAD, "acceptance", 0),
     [KEY_SEED] = OTHER_KEY(SECTION_WORKLOAD, "seed", 0),
+    /* docs/tuning.md */
+    [KEY_TUNING_MODE] = OTHER_KEY(SECTION_TUNING, "mode", 0),
+    [KEY_TUNING_CACHE] = OTHER_KEY(SECTION_TUNING, "cache", 0),
+    [KEY_TUNING_BUDGET_MS] = INT_KEY(SECTION_TUNING, "budget_ms", 0, tuning.budget_ms, 0,
+                                     SSM_TUNING_MAX_BUDGET_MS),
 };
 
 static const ssm_workload default_workload = {
@@ -145,6 +150,7 @@ void owned_free(config_owned *owned)
     ssm_free(owned->mode);
     ssm_free(owned->plugin_dir);
     ssm_free(owned->source);
+    ssm_free(owned->tuning_cache);
     ssm_free(owned);
 }
 
@@ -155,6 +161,7 @@ void owned_publish(config_owned *owned)
     c->mode = owned->mode;
     c->plugin_dir = owned->plugin_dir;
     c->source = owned->source;
+    c->tuning.cache = owned->tuning_cache;
     c->mode_section_names = (const char *const *)owned->section_names;
     c->mode_section_lines = owned->section_lines;
     c->mode_options_count = owned->options_count;
@@ -302,7 +309,8 @@ ssm_status ssm_config_clone(const ssm_config *config, ssm_config **out)
     owned->config.mode_sections_count = 0; /* counts what has been copied so far */
     int ok = copy_string(config->mode, &owned->mode) &&
              copy_string(config->plugin_dir, &owned->plugin_dir) &&
-             copy_string(config->source, &owned->source);
+             copy_string(config->source, &owned->source) &&
+             copy_string(config->tuning.cache, &owned->tuning_cache);
     for (int32_t s = 0; ok && s < config->mode_sections_count; s++) {
         const char *name = config->mode_section_names[s];
         int32_t line = config->mode_section_lines ? config->mode_section_lines[s] : 0;

@@ -175,6 +175,26 @@ static ssm_status check_workload(const checker *ck)
     return SSM_OK;
 }
 
+/* [tuning] (docs/tuning.md): a known mode, and a cache file unless off. The
+ * file itself is looked at when a CUDA context is created, not here. */
+static ssm_status check_tuning(const checker *ck)
+{
+    const ssm_tuning_config *t = &ck->config->tuning;
+    if (t->mode != SSM_TUNING_OFF && t->mode != SSM_TUNING_CACHED && t->mode != SSM_TUNING_TUNE)
+        return check_fail(ck, KEY_TUNING_MODE, KEY_NONE,
+                          "[tuning] mode = %d is not a tuning mode (allowed: off, cached, tune)",
+                          (int)t->mode);
+    ssm_status status = check_int_keys(ck, SECTION_TUNING);
+    if (status != SSM_OK)
+        return status;
+    if (t->mode != SSM_TUNING_OFF && (!t->cache || !t->cache[0]))
+        return check_fail(ck, KEY_TUNING_CACHE, KEY_TUNING_MODE,
+                          "[tuning] cache is required with mode = %s (a file the tuned "
+                          "choices are kept in)",
+                          t->mode == SSM_TUNING_TUNE ? "tune" : "cached");
+    return SSM_OK;
+}
+
 ssm_status check_config(const checker *ck)
 {
     ssm_status status = check_model(ck);
@@ -184,6 +204,8 @@ ssm_status check_config(const checker *ck)
         status = check_state(ck);
     if (status == SSM_OK)
         status = check_workload(ck);
+    if (status == SSM_OK)
+        status = check_tuning(ck);
     return status;
 }
 

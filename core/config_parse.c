@@ -284,6 +284,27 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
             return parse_fail(ps, "[state] plugin_dir = '%s' cannot be resolved: %s", value,
                               strerror(errno));
         return SSM_OK;
+    case KEY_TUNING_MODE:
+        if (!strcmp(value, "off"))
+            c->tuning.mode = SSM_TUNING_OFF;
+        else if (!strcmp(value, "cached"))
+            c->tuning.mode = SSM_TUNING_CACHED;
+        else if (!strcmp(value, "tune"))
+            c->tuning.mode = SSM_TUNING_TUNE;
+        else
+            return fail_value(ps, key, value, PARSE_BAD, "off, cached, tune");
+        return SSM_OK;
+    case KEY_TUNING_CACHE:
+        /* Relative to the config file's directory, as plugin_dir is. */
+        ssm_free(owned->tuning_cache);
+        owned->tuning_cache = resolve_plugin_dir(ps->config_path, value);
+        c->tuning.cache = owned->tuning_cache;
+        if (!owned->tuning_cache && errno == ENOMEM)
+            return parse_out_of_memory(ps);
+        if (!owned->tuning_cache)
+            return parse_fail(ps, "[tuning] cache = '%s' cannot be resolved: %s", value,
+                              strerror(errno));
+        return SSM_OK;
     case KEY_ACCEPTANCE:
         result = parse_double(value, &c->workload.acceptance);
         return result == PARSE_OK ? SSM_OK : fail_value(ps, key, value, result, "0..1");
@@ -317,7 +338,7 @@ static ssm_status take_pair(parse_state *ps, const char *name, const char *value
     if (ps->section == SECTION_NONE)
         return parse_fail(ps,
                           "key '%s' is outside any section (put it under [model], [state], "
-                          "[workload] or a mode section)",
+                          "[workload], [tuning] or a mode section)",
                           name);
     if (ps->section == SECTION_MODE)
         return take_mode_option(ps, name, value);

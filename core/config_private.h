@@ -19,6 +19,7 @@ enum {
     SECTION_MODEL,
     SECTION_STATE,
     SECTION_WORKLOAD,
+    SECTION_TUNING,
     SECTION_FIXED_COUNT,
     SECTION_MODE = SECTION_FIXED_COUNT, /* a section named after a mode plugin */
     SECTION_NONE                        /* before the first header */
@@ -54,6 +55,9 @@ typedef enum config_key {
     KEY_DECODE_STEPS,
     KEY_ACCEPTANCE,
     KEY_SEED,
+    KEY_TUNING_MODE,
+    KEY_TUNING_CACHE,
+    KEY_TUNING_BUDGET_MS,
     KEY_COUNT
 } config_key;
 
@@ -92,6 +96,7 @@ typedef struct config_owned {
     char *mode;
     char *plugin_dir;
     char *source;
+    char *tuning_cache;
     int32_t sections_capacity;
     char **section_names;
     int32_t *section_lines;

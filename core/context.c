@@ -13,7 +13,8 @@
 static const char *capability_names(uint64_t caps, char *buf, size_t len)
 {
     static const char *const names[] = {"cpu", "cuda", "gdn", "kda", "state-f32",
-                                        "state-bf16", "act-f32", "act-bf16", "pages"};
+                                        "state-bf16", "act-f32", "act-bf16", "pages",
+                                        "layouts"};
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -272,6 +273,8 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         if (status != SSM_OK)
             ctx->instance = NULL;
     }
+    if (status == SSM_OK)
+        status = ssm_tuning_create(ctx); /* [tuning]: docs/tuning.md */
     if (status != SSM_OK) {
         release_context(ctx);
         return status;

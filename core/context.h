@@ -4,6 +4,7 @@
 
 #include "core/loader.h"
 #include "core/tickets.h"
+#include "core/tuning.h"
 
 struct ssm_ctx {
     ssm_config *config;          /* owned copy */
@@ -25,6 +26,7 @@ struct ssm_ctx {
     uint32_t *row_marks;         /* [capacity] duplicate detection in batches */
     uint32_t row_mark;
     ssm_ticket_book tickets;
+    ssm_tuning_state tuning;     /* update layouts per bucket, the latest pass's report */
 };
 
 /* Fills the services table handed to the plugin (core/services.c). */

@@ -96,6 +96,7 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
     if (status != SSM_OK)
         return status;
     ssm_step_v1 step = make_step(layer, batch->rows, 1, batch->slots, weights, io, stream);
+    step.layout = ssm_tuning_layout(ctx, batch->rows); /* its implicit commit's too */
     return ctx->mode->decode(ctx->instance, &step);
 }
 
@@ -170,15 +171,19 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
     if (status != SSM_OK)
         return status;
 
+    /* The forward's update layout: chosen for its bucket when it opens,
+     * then the same for every layer and the commit (ssm_ticket.layout). */
+    uint32_t layout = opening ? ssm_tuning_layout(ctx, batch->rows) : forward->layout;
     if (batch->rows > 0) {
         ssm_step_v1 step =
             make_step(layer, batch->rows, batch->tokens, batch->slots, weights, io, stream);
+        step.layout = layout;
         status = ctx->mode->verify(ctx->instance, &step);
         if (status != SSM_OK)
             return status;
     }
     if (opening)
-        forward = ssm_tickets_open(&ctx->tickets, batch, slots, ticket);
+        forward = ssm_tickets_open(&ctx->tickets, batch, slots, layout, ticket);
     ssm_tickets_mark_layer(&ctx->tickets, forward, layer);
     return SSM_OK;
 }
@@ -214,8 +219,10 @@ ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *acc
     /* On CUDA the kernels see the device slots, which a replayed graph may
      * fill where the host copy had padding: launch whenever there are rows. */
     if (forward->live_rows > 0 || (!host_lengths && forward->rows > 0)) {
+        /* The ticket's layout (equal to the forward's: ssm_tickets_lookup
+         * refused an altered one), never a fresh choice for this bucket. */
         ssm_commit_v1 args = {sizeof args, forward->rows, forward->tokens, forward->slots,
-                              accepted, stream};
+                              accepted, stream, ticket->layout};
         status = ctx->mode->commit(ctx->instance, &args);
         if (status != SSM_OK)
             return status;

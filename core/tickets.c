@@ -67,6 +67,12 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
                              "%d x %d presented",
                              (unsigned long long)f->id, f->rows, f->tokens, ticket->rows,
                              ticket->tokens);
+    if (f->layout != ticket->layout)
+        return ssm_error_set(SSM_ERR_TICKET_FOREIGN,
+                             "ticket of forward %llu was altered: issued with layout %u, "
+                             "presented with layout %u",
+                             (unsigned long long)f->id, (unsigned)f->layout,
+                             (unsigned)ticket->layout);
     switch (f->state) {
     case FORWARD_OPEN:
         *out = f;
@@ -106,7 +112,7 @@ ssm_status ssm_tickets_can_open(const ssm_ticket_book *book)
 }
 
 ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
-                              const int32_t *slots_host, ssm_ticket *ticket)
+                              const int32_t *slots_host, uint32_t layout, ssm_ticket *ticket)
 {
     uint64_t id = ++book->last_forward;
     ssm_forward *f = &book->history[id % SSM_FORWARD_HISTORY];
@@ -120,6 +126,7 @@ ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
     f->tokens = batch->tokens;
     f->slots = batch->slots;
     f->slots_host = slots_host;
+    f->layout = layout;
     for (int32_t r = 0; r < batch->rows; r++) {
         int32_t slot = slots_host[r];
         if (slot < 0)
@@ -137,6 +144,7 @@ ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
     ticket->forward = id;
     ticket->rows = batch->rows;
     ticket->tokens = batch->tokens;
+    ticket->layout = layout;
     return f;
 }
 

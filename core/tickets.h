@@ -27,6 +27,7 @@ typedef struct ssm_forward {
     int32_t live_rows;     /* rows that are not padding */
     int32_t layers_done;
     uint8_t *layer_done;   /* [layers] */
+    uint32_t layout;       /* the update layout its verifies ran (docs/tuning.md) */
 } ssm_forward;
 
 typedef struct ssm_ticket_book {
@@ -54,10 +55,11 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
 ssm_status ssm_tickets_can_open(const ssm_ticket_book *book);
 
 /* Opens a forward over validated rows and fills the ticket; slots_host is
- * the host-readable copy of batch->slots. Cannot fail once
+ * the host-readable copy of batch->slots, layout the update layout every
+ * verify of the forward and its commit run. Cannot fail once
  * ssm_tickets_can_open said yes. */
 ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
-                              const int32_t *slots_host, ssm_ticket *ticket);
+                              const int32_t *slots_host, uint32_t layout, ssm_ticket *ticket);
 
 /* Marks a layer verified in an open forward. */
 void ssm_tickets_mark_layer(ssm_ticket_book *book, ssm_forward *forward, int32_t layer);

@@ -554,7 +554,7 @@ START_TEST(test_key_outside_section)
 {
     expect_parse_error("layers = 2\n" BASE_TEXT, 1,
                        "key 'layers' is outside any section (put it under [model], [state], "
-                       "[workload] or a mode section)");
+                       "[workload], [tuning] or a mode section)");
     expect_parse_error("; header comes later\n\nmode = native\n" BASE_TEXT, 3, "is outside any section");
 }
 END_TEST

@@ -8,6 +8,7 @@
 
 #include "bench_cuda.h"
 #include "cli.h"
+#include "fold_rule.h"
 
 enum {
     HISTORY_WHEN_UNSET = 16,  /* replay's L when [replay] sets none */
@@ -302,26 +303,12 @@ static void measure_mode(model_run *run, const char *mode, int32_t layers, int32
 
 /* ------------------------------------------------------------ the model */
 
-/* The value of `key` in the config's [replay] section, or NULL. The plugin
- * reads the same options when a replay context is created. */
-static const char *replay_option(const ssm_config *c, const char *key)
-{
-    for (int32_t s = 0; s < c->mode_sections_count; s++) {
-        if (strcmp(c->mode_section_names[s], "replay") != 0)
-            continue;
-        for (int32_t i = 0; i < c->mode_options_count[s]; i++)
-            if (!strcmp(c->mode_options[s][i].key, key))
-                return c->mode_options[s][i].value;
-    }
-    return NULL;
-}
-
 /* The table's shape before the state dtype is chosen. */
 static bench_shape shape_of(const ssm_config *c)
 {
-    const char *history = replay_option(c, "history");
-    const char *outputs = replay_option(c, "outputs");
-    const char *fold_rows = replay_option(c, "fold_rows");
+    const char *history = fold_rule_option_text(c, "history");
+    const char *outputs = fold_rule_option_text(c, "outputs");
+    const char *fold_rows = fold_rule_option_text(c, "fold_rows");
     bench_shape s = {c->model,
                      SSM_DTYPE_F32,
                      SSM_DTYPE_BF16,

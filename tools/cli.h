@@ -22,10 +22,21 @@ int cmd_check(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* cmd_bench.c: exits 77 without a GPU */
 int cmd_inspect(int argc, char **argv); /* cmd_inspect.c: a state page's header */
+int cmd_serve(int argc, char **argv); /* cmd_serve.c: the streamed serving benchmark */
 
 /* `run CONFIG --modes LIST` (cmd_run_modes.c): LIST is "all" or mode names
  * separated by commas. */
 int cmd_run_modes(const char *config_path, const char *modes, int show_progress);
+
+/* Option lists (cli_lists.c), parsed in place (`text` is cut with strtok,
+ * the results point into it). cli_split_list: at most `max` comma-separated
+ * items; returns their count, or -1 (none, or too many). cli_parse_states:
+ * "f32", "bf16" or both, distinct. cli_parse_modes: "all" (native,
+ * compact, replay) or distinct names under 64 bytes, at most `max`. Both
+ * return 0, or -1 for a bad list. */
+int cli_split_list(char *text, char **items, int max);
+int cli_parse_states(char *text, ssm_dtype states[2], int32_t *count);
+int cli_parse_modes(char *text, const char **modes, int max, int32_t *count);
 
 /* Prints "ssmstate: <message>" as one line on stderr; returns CLI_EXIT_USAGE
  * so error paths read `return cli_fail(...)`. */
@@ -46,6 +57,11 @@ int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *cou
 /* Puts native, compact and replay first, in that order; the others keep
  * the order they were found in. */
 void cli_sort_plugins(ssm_plugin_info *infos, int32_t count);
+
+/* Parses a size: an integer number of bytes with an optional binary suffix
+ * K, M, G or T (also KiB .. TiB; 40G = 40 * 2^30 bytes). Returns 0, or -1
+ * for anything else (*out untouched). */
+int cli_parse_bytes(const char *text, uint64_t *out);
 
 /* "12345 B", "1.50 KiB", "2.00 MiB", "3.25 GiB" into buf; returns buf. */
 const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len);

@@ -65,25 +65,12 @@ static int parse_count(const char *text, int32_t min, int32_t max, int32_t *out)
     return 0;
 }
 
-/* Splits a comma-separated list in place (optarg is writable) into at most
- * BENCH_MAX_LIST items; returns the count, or -1. */
-static int split_list(char *text, char **items)
-{
-    int count = 0;
-    for (char *item = strtok(text, ","); item; item = strtok(NULL, ",")) {
-        if (count == BENCH_MAX_LIST)
-            return -1;
-        items[count++] = item;
-    }
-    return count ? count : -1;
-}
-
 /* A list of counts in [min, max]; "chain" is BENCH_LAYERS_CHAIN when allowed. */
 static int parse_counts(char *text, int32_t min, int32_t max, int allow_chain, int32_t *out,
                         int32_t *count)
 {
     char *items[BENCH_MAX_LIST];
-    int n = split_list(text, items);
+    int n = cli_split_list(text, items, BENCH_MAX_LIST);
     for (int i = 0; i < n; i++) {
         if (allow_chain && !strcmp(items[i], "chain"))
             out[i] = BENCH_LAYERS_CHAIN;
@@ -91,43 +78,6 @@ static int parse_counts(char *text, int32_t min, int32_t max, int allow_chain, i
             return -1;
     }
     *count = n;
-    return n > 0 ? 0 : -1;
-}
-
-static int parse_states(char *text, bench_options *o)
-{
-    char *items[BENCH_MAX_LIST];
-    int n = split_list(text, items);
-    if (n < 1 || n > 2)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(items[i], "f32"))
-            o->states[i] = SSM_DTYPE_F32;
-        else if (!strcmp(items[i], "bf16"))
-            o->states[i] = SSM_DTYPE_BF16;
-        else
-            return -1;
-    }
-    o->states_count = n;
-    return n == 2 && o->states[0] == o->states[1] ? -1 : 0;
-}
-
-static int parse_modes(char *text, bench_options *o)
-{
-    static const char *const all[] = {"native", "compact", "replay"};
-    if (!strcmp(text, "all")) {
-        memcpy(o->modes, all, sizeof all);
-        o->modes_count = 3;
-        return 0;
-    }
-    char *items[BENCH_MAX_LIST];
-    int n = split_list(text, items);
-    for (int i = 0; i < n; i++) {
-        if (strlen(items[i]) >= 64)
-            return -1;
-        o->modes[i] = items[i];
-    }
-    o->modes_count = n;
     return n > 0 ? 0 : -1;
 }
 
@@ -192,8 +142,8 @@ static int parse_arguments(int argc, char **argv, bench_options *o, const char *
     while (!bad && (opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         snprintf(shown, sizeof shown, "%s", optarg ? optarg : "");
         switch (opt) {
-        case 's': bad = parse_states(optarg, o); break;
-        case 'm': bad = parse_modes(optarg, o); break;
+        case 's': bad = cli_parse_states(optarg, o->states, &o->states_count); break;
+        case 'm': bad = cli_parse_modes(optarg, o->modes, BENCH_MAX_LIST, &o->modes_count); break;
         case 'b':
             bad = parse_counts(optarg, 1, 65536, 0, o->batches, &o->batches_count);
             set |= SET_BATCHES;

@@ -2,8 +2,6 @@
  * what it resolves to and what it costs, in its own mode and in every other
  * mode found (and how many slots each fits in a pool of N bytes), so an
  * operator can compare modes before editing `mode =`. */
-#include <ctype.h>
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,32 +42,6 @@ static void print_plan(const ssm_plan *p)
     printf("pool        %llu bytes (%s) for a capacity of %d slots\n",
            (unsigned long long)p->pool_bytes, cli_format_bytes(p->pool_bytes, a, sizeof a),
            p->capacity);
-}
-
-/* Parses a pool size: an integer number of bytes with an optional binary
- * suffix K, M, G or T (also KiB .. TiB; 40G = 40 * 2^30 bytes). Returns 0, or
- * -1 for anything else. */
-static int parse_bytes(const char *text, uint64_t *out)
-{
-    static const char units[] = "KMGT";
-    char *end;
-    if (!isdigit((unsigned char)text[0]))
-        return -1;
-    errno = 0;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (errno == ERANGE)
-        return -1;
-    unsigned shift = 0;
-    if (*end) {
-        const char *unit = strchr(units, toupper((unsigned char)*end));
-        if (!unit || (end[1] && strcmp(end + 1, "iB") != 0))
-            return -1;
-        shift = 10u * (unsigned)(unit - units + 1);
-    }
-    if (value > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)value << shift;
-    return 0;
 }
 
 /* One usable mode's plan, split as the table prints it. */
@@ -188,7 +160,7 @@ int cmd_check(int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "p:h", options, NULL)) != -1) {
         switch (opt) {
         case 'p':
-            if (parse_bytes(optarg, &pool_bytes) != 0 || pool_bytes == 0)
+            if (cli_parse_bytes(optarg, &pool_bytes) != 0 || pool_bytes == 0)
                 return cli_fail("--pool-bytes: '%s' is not a size (bytes, or a number with "
                                 "K, M, G or T: powers of 1024, e.g. 40G)",
                                 optarg);

@@ -12,42 +12,12 @@
 #include "ssmstate/ssmstate.h"
 #include "cli.h"
 #include "compare.h"
+#include "fold_rule.h"
 #include "modes_report.h"
 #include "progress.h"
 #include "session.h"
 
 enum { MAX_MODES = 16 };
-
-/* The replay mode's defaults when [replay] sets none. */
-enum { REPLAY_DEFAULT_HISTORY = 16, REPLAY_DEFAULT_FOLD_ROWS = 8 };
-
-/* The replay mode's fold rules (SPEC 3.4 and docs/modes.md), from which
- * this command derives fold counts: the library does not report folds.
- * `since_checkpoint` is n, the records a layer committed since its
- * checkpoint. A decode or verify of `tokens` tokens first folds when
- * n + 2 * tokens > history, then commits `accepted`; a decode of at most
- * fold_rows rows then folds again (the ring stays empty); a prefill
- * materializes (a fold only when n > 0) and leaves nothing pending.
- * Returns the folds of the step. */
-static int replay_fold_step(int32_t *since_checkpoint, const session_block *b, int32_t history,
-                            int32_t fold_rows)
-{
-    int folds;
-    if (b->kind == SESSION_PREFILL) {
-        folds = *since_checkpoint > 0;
-        *since_checkpoint = 0;
-        return folds;
-    }
-    if (b->kind == SESSION_DECODE && b->rows <= fold_rows) {
-        *since_checkpoint = 0; /* history and token go into the checkpoint: one fold */
-        return 1;
-    }
-    folds = *since_checkpoint + 2 * b->tokens > history;
-    if (folds)
-        *since_checkpoint = 0;
-    *since_checkpoint += b->keep;
-    return folds;
-}
 
 /* Everything one mode's run owns. */
 typedef struct mode_run {
@@ -81,7 +51,7 @@ static void compare_block(void *user, const session_block *block)
     mode_run *run = user;
     compare_output(run->baseline, &run->report->difference, block);
     if (run->since_checkpoint)
-        run->report->folds += replay_fold_step(
+        run->report->folds += fold_rule_step(
             &run->since_checkpoint[(int64_t)block->request * run->layers + block->layer], block,
             run->report->history, run->fold_rows);
 }
@@ -94,20 +64,6 @@ static void compare_state(void *user, int32_t request, int32_t layer, const void
 }
 
 /* ------------------------------------------------------------- the mode list */
-
-/* An integer key of the config's [replay] section, or `fallback`; the
- * plugin has already accepted the value. */
-static int32_t replay_option(const ssm_config *c, const char *key, int32_t fallback)
-{
-    for (int32_t s = 0; s < c->mode_sections_count; s++) {
-        if (strcmp(c->mode_section_names[s], "replay") != 0)
-            continue;
-        for (int32_t i = 0; i < c->mode_options_count[s]; i++)
-            if (!strcmp(c->mode_options[s][i].key, key))
-                return (int32_t)strtol(c->mode_options[s][i].value, NULL, 10);
-    }
-    return fallback;
-}
 
 static int usable(const ssm_plugin_info *info)
 {
@@ -234,8 +190,8 @@ static int open_sessions(const ssm_config *config, compare_baseline *baseline, m
         run->layers = config->model.layers;
         compare_difference_init(&run->report->difference);
         if (run->report->relation == MODES_REPLAY) {
-            run->report->history = replay_option(config, "history", REPLAY_DEFAULT_HISTORY);
-            run->fold_rows = replay_option(config, "fold_rows", REPLAY_DEFAULT_FOLD_ROWS);
+            run->report->history = fold_rule_option(config, "history", FOLD_RULE_DEFAULT_HISTORY);
+            run->fold_rows = fold_rule_option(config, "fold_rows", FOLD_RULE_DEFAULT_FOLD_ROWS);
             run->since_checkpoint = calloc((size_t)config->workload.requests *
                                                (size_t)config->model.layers,
                                            sizeof(int32_t));

@@ -1,8 +1,11 @@
 /* Entry point of the `ssmstate` command: dispatches to a subcommand and holds
  * the helpers the subcommands share. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ssmstate/ssmstate.h"
@@ -20,6 +23,10 @@ static const char usage_text[] =
     "                                      native,compact,replay or all), side by side\n"
     "  inspect PAGE                        print a state page's header and verify its\n"
     "                                      checksums (exit 1: not a valid page)\n"
+    "  bench CONFIG...                     time decode and MTP rounds of every mode on\n"
+    "                                      the GPU against a copy (docs/bench.md)\n"
+    "  serve CONFIG...                     streamed serving benchmark: concurrency,\n"
+    "                                      tokens/s and memory per mode (docs/serve.md)\n"
     "\n"
     "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
 
@@ -64,6 +71,29 @@ const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len)
     return buf;
 }
 
+int cli_parse_bytes(const char *text, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    char *end;
+    if (!isdigit((unsigned char)text[0]))
+        return -1;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno == ERANGE)
+        return -1;
+    unsigned shift = 0;
+    if (*end) {
+        const char *unit = strchr(units, toupper((unsigned char)*end));
+        if (!unit || (end[1] && strcmp(end + 1, "iB") != 0))
+            return -1;
+        shift = 10u * (unsigned)(unit - units + 1);
+    }
+    if (value > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)value << shift;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -74,6 +104,7 @@ int main(int argc, char **argv)
         {"check", cmd_check},
         {"run", cmd_run},
         {"bench", cmd_bench},
+        {"serve", cmd_serve},
         {"inspect", cmd_inspect},
     };
 
@@ -94,7 +125,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run|inspect ...; see "
-                    "'ssmstate --help')",
+    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run|bench|serve|inspect "
+                    "...; see 'ssmstate --help')",
                     argv[1]);
 }

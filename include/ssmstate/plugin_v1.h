@@ -43,6 +43,25 @@ extern "C" {
 #define SSM_CAP_ACT_F32    (1ull << 6)
 #define SSM_CAP_ACT_BF16   (1ull << 7)
 #define SSM_CAP_PAGES      (1ull << 8) /* export_slot / import_slot / copy_slot work */
+/* 0.3: the plugin runs steps and commits with the update layout the core
+ * hands it (ssm_step_v1.layout, ssm_commit_v1.layout; docs/tuning.md).
+ * Without it the core hands every call layout 0. */
+#define SSM_CAP_LAYOUTS    (1ull << 9)
+
+/* 0.3, tuning (docs/tuning.md). Kernel families a launch choice is tuned
+ * for, and batch-size buckets: bucket b holds batches of
+ * (2^(b-1), 2^b] rows (bucket 0: one row), up to SSM_TUNE_BUCKETS - 1
+ * (65536 rows, more than a launch takes). */
+enum {
+    SSM_TUNE_LAYOUT = 0,   /* the update layout (rounding); chosen by the core, never timed */
+    SSM_TUNE_DECODE = 1,   /* one-token recurrence jobs (decode) */
+    SSM_TUNE_VERIFY = 2,   /* multi-token recurrence jobs (verify, folds, prefill pieces) */
+    SSM_TUNE_COMMIT = 3,   /* commits that replay records (compact) */
+    SSM_TUNE_IDENTITY = 4, /* replay's output identity */
+    SSM_TUNE_PREFILL = 5,  /* the chunked prefill's scan */
+    SSM_TUNE_FAMILIES = 6
+};
+#define SSM_TUNE_BUCKETS 17
 
 /* One `key = value` from the config section named after the mode. */
 typedef struct ssm_option_v1 {
@@ -96,6 +115,8 @@ typedef struct ssm_services_v1 {
      * bits, word `capacity` the bits of rows whose slot lies outside the
      * pool. Kernels atomicOr into it; the core reads it for ssm_ctx_status. */
     uint32_t *device_flags;
+    /* Note (0.3): alloc and alloc_host may also be called from tune_begin,
+     * for the tuning scratch, which tune_end releases. */
 } ssm_services_v1;
 
 /* One decode, verify or prefill call for one layer. */
@@ -110,6 +131,10 @@ typedef struct ssm_step_v1 {
     const ssm_layer_weights *weights;
     ssm_step_io io;
     void *stream;                 /* cudaStream_t for CUDA contexts; NULL on the CPU */
+    /* Appended in 0.3 (check struct_size; absent reads as 0): the update
+     * layout (SSM_CAP_LAYOUTS). A verify's is its forward's (the ticket's),
+     * a decode's the one chosen for its bucket, a prefill's 0. */
+    uint32_t layout;
 } ssm_step_v1;
 
 /* The commit of one forward, for every layer at once. */
@@ -120,6 +145,11 @@ typedef struct ssm_commit_v1 {
     const int32_t *slots;     /* [rows] as verified */
     const int32_t *accepted;  /* [rows], each in [1, T] (padding rows ignored) */
     void *stream;
+    /* Appended in 0.3 (check struct_size; absent reads as 0): the layout of
+     * the forward's verify, from its ticket. A mode that replays verified
+     * tokens at commit (compact) replays them with this layout, never a
+     * fresh choice, so the state matches what the verify computed. */
+    uint32_t layout;
 } ssm_commit_v1;
 
 /* The canonical form of one slot: for each layer l, the conv window
@@ -151,6 +181,35 @@ typedef struct ssm_page_view_v1 {
     int64_t row_channels;
     int64_t part_at[3];
 } ssm_page_view_v1;
+
+/* 0.3, tuning (docs/tuning.md). The launch candidates of one kernel family,
+ * by index; index 0 is the built-in choice. Names are short, stable words
+ * ("blocks=6"): the cache file stores them. */
+typedef struct ssm_tune_family_v1 {
+    int32_t family;               /* SSM_TUNE_* */
+    int32_t candidates;
+    const char *const *names;     /* [candidates] */
+} ssm_tune_family_v1;
+
+/* One timing of one candidate, on the plugin's tuning scratch. */
+typedef struct ssm_tune_trial_v1 {
+    uint32_t struct_size;
+    int32_t family;
+    int32_t bucket;               /* rows: 2^bucket (at most tune_begin's max_rows) */
+    int32_t candidate;
+    int32_t budget_ms;            /* stop timing after about this long */
+    void *stream;
+    /* out */
+    double ms;                    /* mean time of one launch sequence */
+    char why[160];                /* why it failed ("launch: too many resources requested") */
+} ssm_tune_trial_v1;
+
+/* A choice in force: candidate `candidate` of `family` for `bucket`. */
+typedef struct ssm_tune_choice_v1 {
+    int32_t family;
+    int32_t bucket;
+    int32_t candidate;
+} ssm_tune_choice_v1;
 
 typedef struct ssm_plugin_v1 {
     uint32_t abi_version;   /* SSM_PLUGIN_V1_ABI_VERSION */
@@ -217,6 +276,30 @@ typedef struct ssm_plugin_v1 {
     ssm_status (*import_slots)(void *instance, int32_t count, const int32_t *slots,
                                const ssm_page_view_v1 *views, const uint32_t *refused,
                                void *stream);
+
+    /* Appended in 0.3 (check struct_size; NULL: the mode is not tuned).
+     * Tuning, driven by the core outside any step (docs/tuning.md).
+     * tune_space lists the families the instance can tune and their
+     * candidates (count 0: nothing, e.g. a CPU context); the arrays stay
+     * valid for the instance's life. tune_begin allocates scratch state
+     * for batches of up to max_rows rows through the services (never the
+     * pool's slots; SSM_ERR_OUT_OF_MEMORY: the core records every
+     * candidate of the entry as failed "out of memory"); tune_run times
+     * one candidate on it: SSM_OK with trial->ms, or SSM_OK with
+     * trial->why set when the candidate cannot run (a launch error), the
+     * device usable again; any error return means the pass must stop (a
+     * lost device). tune_end releases the scratch (after a successful
+     * tune_begin, always).
+     * tune_apply installs the choices in force (every family and bucket
+     * not listed: candidate 0) for the launches that follow; no
+     * allocation, and it cannot fail for families and candidates that
+     * tune_space listed. None of these is called during a step. */
+    ssm_status (*tune_space)(void *instance, const ssm_tune_family_v1 **families,
+                             int32_t *count);
+    ssm_status (*tune_begin)(void *instance, int32_t max_rows, void *stream);
+    ssm_status (*tune_run)(void *instance, ssm_tune_trial_v1 *trial);
+    void (*tune_end)(void *instance);
+    ssm_status (*tune_apply)(void *instance, const ssm_tune_choice_v1 *choices, int32_t count);
 } ssm_plugin_v1;
 
 /* The table of 0.1 ended with materialize: the shortest table the core

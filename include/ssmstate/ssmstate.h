@@ -80,6 +80,19 @@ typedef struct ssm_head_slice {
     int32_t first;       /* the first value head held; a multiple of the group */
 } ssm_head_slice;
 
+/* [tuning] (docs/tuning.md): autotuned launch configurations. */
+typedef enum ssm_tuning_mode {
+    SSM_TUNING_OFF = 0,    /* the built-in launch choices (the default) */
+    SSM_TUNING_CACHED = 1, /* choices read from `cache`; nothing is timed or written */
+    SSM_TUNING_TUNE = 2    /* entries missing from `cache` are timed, then saved */
+} ssm_tuning_mode;
+
+typedef struct ssm_tuning_config {
+    ssm_tuning_mode mode;
+    const char *cache;  /* the cache file; required unless mode is off */
+    int32_t budget_ms;  /* time spent timing one candidate, at most (1..10000; 0: 20) */
+} ssm_tuning_config;
+
 typedef struct ssm_config {
     ssm_model_dims model;
     const char *mode;            /* "native", "compact", "replay" or a vendor mode */
@@ -98,6 +111,7 @@ typedef struct ssm_config {
     ssm_workload workload;
     const char *source;          /* file name for messages, or NULL */
     ssm_head_slice head_slice;   /* tensor parallelism; zero: the whole model */
+    ssm_tuning_config tuning;    /* appended in 0.3; zero: off */
 } ssm_config;
 
 /* Parses and validates an INI file (SPEC 7). Unknown sections or keys,
@@ -216,14 +230,19 @@ typedef struct ssm_prefill_batch {
 
 /* Proof of a verify, presented at commit. Zero-initialize (SSM_TICKET_INIT)
  * before the forward: the first ssm_verify of the forward fills it, the
- * verifies of the other layers present it unchanged. */
+ * verifies of the other layers present it unchanged. `layout` (0.3) is the
+ * verify's update layout: every launch choice that can change rounding, as
+ * chosen for the batch's bucket when the forward opened (docs/tuning.md);
+ * the commit replays the verified tokens with it. Like the other fields it
+ * is checked at commit: a ticket whose layout was altered is foreign. */
 typedef struct ssm_ticket {
     uint64_t context_id;
     uint64_t forward;
     int32_t rows;
     int32_t tokens;
+    uint32_t layout;
 } ssm_ticket;
-#define SSM_TICKET_INIT {0, 0, 0, 0}
+#define SSM_TICKET_INIT {0, 0, 0, 0, 0}
 
 /* Runs a chunk of prompt for one layer: each row continues from its slot's
  * state (zero for a fresh slot) and leaves the slot in the mode's canonical
@@ -469,6 +488,39 @@ ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out);
 
 /* Flags of one slot (cleared when the slot is reset or released). */
 ssm_status ssm_slot_flags(const ssm_ctx *ctx, int32_t slot, uint32_t *flags);
+
+/* ----------------------------------------------------------------- tuning */
+
+/* What one tuning pass did (docs/tuning.md). Counts are of cache entries,
+ * one per (kernel family, batch-size bucket), and of candidates. */
+typedef struct ssm_tune_report {
+    int32_t tuned;          /* entries timed now */
+    int32_t cached;         /* entries found in the cache (not timed again) */
+    int32_t skipped_failed; /* candidates not run: recorded as failed before */
+    int32_t failed;         /* candidates that failed now (recorded with their reason) */
+    int32_t untuned;        /* entries left at the built-in choice (mode cached and absent,
+                               or every candidate failed) */
+    int32_t saved;          /* 1 when the cache file was written by this pass */
+} ssm_tune_report;
+
+/* Tunes the context's launch configurations now, as [tuning] says: mode
+ * tune times the (family, bucket) entries the cache lacks on scratch state
+ * allocated for the purpose (never the pool's slots, which are left bit for
+ * bit as they were), saves the cache and applies the choices; mode cached
+ * re-reads the cache and applies it; mode off, and every CPU context, do
+ * nothing (a report of zeros). Not a step call: it synchronizes `stream`
+ * (a cudaStream_t, or NULL for the legacy stream) and the device, so it is
+ * refused while `stream` is being captured into a graph
+ * (SSM_ERR_INVALID_ARGUMENT) and while any forward of the context is open
+ * (SSM_ERR_VERIFY_PENDING: commit or abort it first). `report` may be NULL.
+ * On error the choices in force are unchanged. Errors:
+ * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_VERIFY_PENDING, SSM_ERR_OUT_OF_MEMORY,
+ * SSM_ERR_DEVICE. */
+ssm_status ssm_tune(ssm_ctx *ctx, void *stream, ssm_tune_report *report);
+
+/* The report of the context's latest tuning pass (at creation, or the
+ * latest ssm_tune); zeros when none ran. */
+ssm_status ssm_ctx_tune_report(const ssm_ctx *ctx, ssm_tune_report *out);
 
 /* ---------------------------------------------------------------- plugins */
 

@@ -41,6 +41,11 @@ struct gpu_common {
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
     bool overlap;               /* recurrence kernels overlap their prologue (PDL, sm_90 on) */
+    bool blocks_forced;         /* SSMSTATE_CUDA_MULTI_TOKEN_BLOCKS=1: overrides tuned choices */
+    /* Tuned choices (docs/tuning.md): candidate of each family per batch
+     * bucket, 0 the built-in rule; read at launch (tuned_choice), written
+     * only by tune_apply, outside any step. */
+    int8_t tuned[SSM_TUNE_FAMILIES][SSM_TUNE_BUCKETS];
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
 };
@@ -103,7 +108,9 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * of multi-token jobs above SSM_LATENCY_ROWS rows, 6 blocks of 80
      * registers (the default) or 1 (no cap, no spills). docs/bench.md. */
     const char *budget = getenv("SSMSTATE_CUDA_MULTI_TOKEN_BLOCKS");
-    g.multi_token_blocks = budget && strcmp(budget, "1") == 0 ? 1 : 6;
+    g.blocks_forced = budget && strcmp(budget, "1") == 0;
+    g.multi_token_blocks = g.blocks_forced ? 1 : 6;
+    memset(g.tuned, 0, sizeof g.tuned); /* the built-in choices until tune_apply */
     /* Likewise: SSMSTATE_CUDA_OVERLAP=0 launches every kernel after the one
      * before it has finished. */
     const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
@@ -153,6 +160,43 @@ inline void gpu_common_destroy(gpu_common &g, const ssm_services_v1 *s)
     g.prefill_q = NULL;
     g.prefill_work = NULL;
     g.slot_table = NULL;
+}
+
+/* ------------------------------------------------------------- tuning */
+
+/* The candidates of each family (docs/tuning.md has the table). Index 0 is
+ * the built-in rule; none of them changes a bit of a result (the update
+ * layout, which would, is ssm_step_v1.layout, chosen by the core). */
+enum { TUNE_AUTO = 0 };
+enum { DECODE_PASSES_1 = 1, DECODE_PASSES_HEAD = 2, DECODE_NO_OVERLAP = 3, DECODE_CANDIDATES };
+enum { MULTI_BLOCKS_6 = 1, MULTI_BLOCKS_1 = 2, MULTI_NO_OVERLAP = 3, MULTI_CANDIDATES };
+enum { PREFILL_ROWS_32 = 1, PREFILL_ROWS_64 = 2, PREFILL_CANDIDATES };
+
+/* Bucket of a batch of `rows` rows: the least b with rows <= 2^b. */
+__host__ __device__ inline int32_t tune_bucket(int64_t rows)
+{
+    int32_t b = 0;
+    while (b < SSM_TUNE_BUCKETS - 1 && ((int64_t)1 << b) < rows)
+        b++;
+    return b;
+}
+
+/* The candidate in force for a family at a batch of `rows` rows (host-side
+ * table lookup: no allocation, no synchronization, capturable). */
+inline int32_t tuned_choice(const gpu_common &g, int32_t family, int64_t rows)
+{
+    return g.tuned[family][tune_bucket(rows)];
+}
+
+/* The layout a step or commit was handed (0 from a core before 0.3). */
+inline uint32_t step_layout(const ssm_step_v1 *s)
+{
+    return s->struct_size >= offsetof(ssm_step_v1, layout) + sizeof(uint32_t) ? s->layout : 0;
+}
+
+inline uint32_t commit_layout(const ssm_commit_v1 *c)
+{
+    return c->struct_size >= offsetof(ssm_commit_v1, layout) + sizeof(uint32_t) ? c->layout : 0;
 }
 
 inline ssm_status launch_status(const ssm_services_v1 *s, const char *what)
@@ -294,7 +338,8 @@ inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t s
     dim3 block(32 * SSM_TILE_WARPS);
     dim3 grid((unsigned)a.window_x + jobs * (unsigned)tile_blocks_per_head(a.d.V, a.passes),
               a.d.HV);
-    switch (tile_min_blocks(a)) {
+    /* one-token jobs: 4 (tile_min_blocks); others: launch_tile's choice */
+    switch (tile_one_token(a) ? 4 : a.multi_token_blocks) {
     case 1: launch_kernel(tile_kernel<E, 1, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
     case 4: launch_kernel(tile_kernel<E, 4, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
     default: launch_kernel(tile_kernel<E, 6, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
@@ -309,9 +354,46 @@ inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t s
 #define SSM_TILE_HEADS_PER_SM 16
 inline int32_t tile_passes(const gpu_common &g, const tile_args &a, int64_t jobs)
 {
-    if (!tile_one_token(a) || g.sms <= 0 || jobs * a.d.HV < (int64_t)g.sms * SSM_TILE_HEADS_PER_SM)
+    if (!tile_one_token(a))
+        return 1;
+    switch (tuned_choice(g, SSM_TUNE_DECODE, a.rows)) {
+    case DECODE_PASSES_1: return 1;
+    case DECODE_PASSES_HEAD: return tiles_per_head(a.d.V, SSM_TILE_RPL);
+    default: break;
+    }
+    if (g.sms <= 0 || jobs * a.d.HV < (int64_t)g.sms * SSM_TILE_HEADS_PER_SM)
         return 1;
     return tiles_per_head(a.d.V, SSM_TILE_RPL);
+}
+
+/* The family a tile job is tuned as: one-token jobs DECODE, commits that
+ * replay records COMMIT, every other (verify, folds, prefill pieces) VERIFY. */
+inline int32_t tile_family(const tile_args &a)
+{
+    return tile_one_token(a) ? SSM_TUNE_DECODE : a.accepted ? SSM_TUNE_COMMIT : SSM_TUNE_VERIFY;
+}
+
+/* Register budget of a multi-token job (blocks per SM, 6 or 1): the tuned
+ * candidate, else at most SSM_LATENCY_ROWS rows 1, else g's (6); the
+ * environment's SSMSTATE_CUDA_MULTI_TOKEN_BLOCKS=1 overrides all. */
+inline int32_t tile_budget(const gpu_common &g, const tile_args &a)
+{
+    if (g.blocks_forced)
+        return 1;
+    switch (tuned_choice(g, tile_family(a), a.rows)) {
+    case MULTI_BLOCKS_6: return 6;
+    case MULTI_BLOCKS_1: return 1;
+    default: return a.rows <= SSM_LATENCY_ROWS ? 1 : g.multi_token_blocks;
+    }
+}
+
+/* Whether a job that follows its prologue may overlap it: the device's and
+ * environment's rule (g.overlap), unless the tuned candidate says no. */
+inline bool tile_overlap(const gpu_common &g, const tile_args &a)
+{
+    int32_t family = tile_family(a), choice = tuned_choice(g, family, a.rows);
+    bool off = family == SSM_TUNE_DECODE ? choice == DECODE_NO_OVERLAP : choice == MULTI_NO_OVERLAP;
+    return a.after_prep && g.overlap && !off;
 }
 
 template <int E, class State, class Act>
@@ -349,8 +431,8 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
                         (long long)jobs);
     tile_args with_blocks = a;
     with_blocks.passes = passes;
-    with_blocks.multi_token_blocks = g.multi_token_blocks;
-    with_blocks.after_prep = a.after_prep && g.overlap;
+    with_blocks.multi_token_blocks = tile_budget(g, a);
+    with_blocks.after_prep = tile_overlap(g, a);
     with_blocks.window_x = a.conv && a.accepted
                                ? (int32_t)((jobs * window_blocks(a.d.D) + a.d.HV - 1) / a.d.HV)
                                : 0;
@@ -377,6 +459,23 @@ inline void launch_chunk_typed(const chunk_args &a, int32_t rows, cudaStream_t s
     cudaFuncSetAttribute(chunk_kernel<State, Act>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)shared);
     chunk_kernel<State, Act><<<grid, SSM_CHUNK_THREADS, shared, st>>>(a);
+}
+
+/* The scan's value rows a block for a prefill of `rows` rows: the tuned
+ * candidate where the device fits it, else chunk_scan_tile_rows's rule
+ * (the same bits either way). */
+inline int32_t prefill_tile_rows(const gpu_common &g, int32_t rows)
+{
+    const dims &d = g.d;
+    switch (tuned_choice(g, SSM_TUNE_PREFILL, rows)) {
+    case PREFILL_ROWS_32: return 32;
+    case PREFILL_ROWS_64:
+        if (chunk_scan_shared_floats(d.K, 64) * sizeof(float) <= (size_t)g.shared_optin)
+            return 64;
+        break;
+    default: break;
+    }
+    return chunk_scan_tile_rows(d.K, d.V, d.HV, rows, g.sms, g.shared_optin);
 }
 
 /* A prefill through the chunked form, as every mode runs it: for each piece
@@ -452,7 +551,7 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
                 part.token_offsets = a.token_offsets + g0;
                 int32_t rows = step->rows - g0 < g.capacity ? step->rows - g0 : g.capacity;
                 float *work = g.prefill_work;
-                int32_t tile = chunk_scan_tile_rows(d.K, d.V, d.HV, rows, g.sms, g.shared_optin);
+                int32_t tile = prefill_tile_rows(g, rows);
                 if (bf16_state && bf16_act)
                     launch_chunk_tc<bf16, bf16>(part, rows, 1, work, tile, stream);
                 else if (bf16_state)
@@ -497,6 +596,7 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
         tile_args ta = tile_for(g, step->rows, step->slots, step->layer, state, snapshots);
         ta.current = current;
         tile_step_tokens(ta, step);
+        ta.layout = step_layout(step); /* a decode's; 0 for a prefill */
         ta.piece = pa.piece;
         ta.store = STORE_FINAL;
         ta.after_prep = true;

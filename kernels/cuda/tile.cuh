@@ -47,14 +47,20 @@ __device__ __forceinline__ int32_t lane_channel(int32_t sub, int32_t j)
     return (j >> 2) * 32 + sub * 4 + (j & 3);
 }
 
-/* Sum over the SSM_ROW_LANES lanes of a row; each of them gets the same bits. */
-__device__ __forceinline__ float group_sum(float v)
+/* Sum over the SSM_ROW_LANES lanes of a row; each of them gets the same bits.
+ * `reversed` is the test-only update layout 1 (docs/tuning.md): the same
+ * butterfly with its stages in the other order (1, 2, 4 lanes apart instead
+ * of 4, 2, 1), another association of the eight partial sums, so other
+ * rounding. Every lane still gets the same bits. */
+__device__ __forceinline__ float group_sum(float v, bool reversed = false)
 {
-#pragma unroll
-    for (int offset = SSM_ROW_LANES / 2; offset > 0; offset >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    const int first = reversed ? 1 : SSM_ROW_LANES / 2, last = reversed ? SSM_ROW_LANES / 2 : 1;
+    v += __shfl_xor_sync(0xffffffffu, v, first);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, last);
     return v;
 }
+static_assert(SSM_ROW_LANES == 8, "group_sum is written for rows of 8 lanes");
 
 /* This lane's E channels of a length-K vector (a state row, k, q, a decay). */
 template <int E, class T>
@@ -204,12 +210,15 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
  * o[i] = S_i . q from the fp32 state when q (the token's normalized, scaled
  * q of this key head) is not NULL; then the state rounded to the state
  * dtype. The one update every mode runs. q is read only after the update,
- * so k and q are never live together (fewer registers, more warps). */
+ * so k and q are never live together (fewer registers, more warps).
+ * `layout` is the update layout (tile_args.layout): 0 the built-in sums,
+ * bit 0 the test-only reversed row sums (group_sum). */
 template <int E, int RPL, bool KDA, class State>
 __device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
                                            const token_regs<E, RPL, KDA> &tk, const float *q,
-                                           float (&o)[RPL])
+                                           float (&o)[RPL], uint32_t layout = 0)
 {
+    const bool reversed = (layout & 1u) != 0;
     float acc[RPL][2];
 #pragma unroll
     for (int i = 0; i < RPL; i++) {
@@ -222,7 +231,7 @@ __device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
     }
 #pragma unroll
     for (int i = 0; i < RPL; i++) {
-        float u = tk.beta * (tk.v[i] - group_sum(acc[i][0] + acc[i][1]));
+        float u = tk.beta * (tk.v[i] - group_sum(acc[i][0] + acc[i][1], reversed));
 #pragma unroll
         for (int j = 0; j < E; j++)
             t.s[i][j] = fmaf(u, tk.k[j], t.s[i][j]);
@@ -243,7 +252,7 @@ __device__ __forceinline__ void tile_token(head_tile<E, RPL, State> &t,
         }
 #pragma unroll
         for (int i = 0; i < RPL; i++)
-            o[i] = group_sum(acc[i][0] + acc[i][1]);
+            o[i] = group_sum(acc[i][0] + acc[i][1], reversed);
     }
 #pragma unroll
     for (int i = 0; i < RPL; i++)
@@ -328,6 +337,11 @@ struct tile_args {
      * and the state, none of which a prologue writes. */
     bool after_prep;
     int32_t multi_token_blocks; /* budget of larger multi-token jobs: 6 or 1, launch_tile sets it */
+    /* The update layout of every token this job runs (tile_token): what can
+     * change rounding, so a verify and the commit that replays its tokens
+     * must run the same one (ssm_ticket.layout, docs/tuning.md). 0: the
+     * built-in layout; the only other value is the test-only 1. */
+    uint32_t layout;
     void *out; /* token-major [.][HV][V] act */
     store_mode store;
     void *dst;
@@ -419,7 +433,7 @@ __device__ __forceinline__ void token_prefetch(const dims &d, const record_layou
 template <int E, int RPL, bool KDA, class State, class Act, bool PREFETCH>
 __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const uint8_t *base,
                               const record_layout &lay, int32_t first, int32_t count,
-                              int32_t mask, int32_t h)
+                              int32_t mask, int32_t h, uint32_t layout = 0)
 {
     token_regs<E, RPL, KDA> tk;
     float unused[RPL];
@@ -428,7 +442,7 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
         token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
-        tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused);
+        tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused, layout);
     }
 }
 
@@ -494,7 +508,7 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
     }
     if (HISTORY && a.history_mode != HISTORY_NONE) {
         apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, d, j.ring, a.ring_layout, start,
-                                                         used, a.ring_mask, j.h);
+                                                         used, a.ring_mask, j.h, a.layout);
         if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
@@ -522,7 +536,7 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
                                      (int64_t)(j.h / d.group) * d.K
                                : (const float *)0;
         token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, j.h, t);
-        tile_token<E, RPL, KDA, State>(t, tk, q, o);
+        tile_token<E, RPL, KDA, State>(t, tk, q, o, a.layout);
         if (a.out) {
             int64_t token = a.token_offsets ? (int64_t)a.token_offsets[j.r] + a.piece + i
                                             : (int64_t)j.r * a.tokens + i;

@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "kernels/build_caps.h"
+#include "kernels/tune_entries.h"
 #include "kernels/device_check.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
@@ -197,13 +198,17 @@ static ssm_status compact_import_slots(void *instance, int32_t count, const int3
                               "batched page moves need a CUDA context");
 }
 
+/* Tuning (docs/tuning.md): GPU contexts only. */
+SSM_TUNE_ENTRIES(compact, compact_mode)
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
     .name = "compact",
     .mode_version = COMPACT_MODE_VERSION,
     .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
-                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
+                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES |
+                    SSM_CAP_LAYOUTS,
     .check_config = compact_check_config,
     .plan = compact_plan,
     .create = compact_create,
@@ -219,4 +224,5 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .materialize = NULL,
     .export_slots = compact_export_slots,
     .import_slots = compact_import_slots,
+    SSM_TUNE_TABLE(compact),
 };

@@ -7,6 +7,7 @@
 #define SSM_COMPACT_H
 
 #include "kernels/cpu_steps.h"
+#include "kernels/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct compact_mode {
@@ -69,6 +70,10 @@ ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count, const int32
 ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count, const int32_t *slots,
                                      const ssm_page_view_v1 *views, const uint32_t *refused,
                                      void *stream);
+
+/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through kernels/tune_entries.h). */
+SSM_TUNE_CUDA_DECLS(compact, compact_mode);
 
 static inline int compact_on_gpu(const compact_mode *c)
 {

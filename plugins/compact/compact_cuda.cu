@@ -4,6 +4,7 @@
  * the conv windows move in blocks of that same launch (tile.cuh). */
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
+#include "kernels/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/compact/compact.h"
@@ -13,6 +14,7 @@ using namespace ssm;
 
 struct compact_gpu {
     gpu_common common;
+    gpu_tune tune; /* tuning: candidates, and scratch while tuning */
 };
 
 static gpu_common &G(compact_mode *c) { return c->gpu->common; }
@@ -33,13 +35,16 @@ extern "C" ssm_status compact_cuda_create(compact_mode *c)
     c->gpu = (compact_gpu *)s->alloc_host(s->core, sizeof(compact_gpu));
     if (!c->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    return gpu_common_create(G(c), &c->params, s);
+    ssm_status st = gpu_common_create(G(c), &c->params, s);
+    gpu_tune_init(c->gpu->tune, G(c), tune_profile{false, true});
+    return st;
 }
 
 extern "C" void compact_cuda_destroy(compact_mode *c)
 {
     if (!c->gpu)
         return;
+    gpu_tune_end(c->gpu->tune);
     gpu_common_destroy(G(c), c->services);
     c->services->release_host(c->services->core, c->gpu);
     c->gpu = NULL;
@@ -82,6 +87,7 @@ extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *st
     point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
     ta.tok = records;
     ta.store = STORE_NONE;
+    ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->services);
 }
@@ -97,6 +103,9 @@ extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *
     ta.accepted = commit->accepted;
     ta.q = NULL;
     ta.store = STORE_FINAL;
+    /* The verify's layout, from its ticket: the records are replayed with
+     * the very sums the verify ran, whatever is chosen for this bucket now. */
+    ta.layout = commit_layout(commit);
     ta.conv = c->conv; /* the windows move in the same launch */
     ta.conv_rows = g.conv_rows;
     return launch_tile(g, ta, commit->stream, c->services);
@@ -184,3 +193,7 @@ extern "C" ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count,
     return launch_page_moves<true>(page_store(c), count, slots, views, refused, stream,
                                    c->services);
 }
+
+/* ---------------------------------------------------------------- tuning */
+
+SSM_TUNE_CUDA_ENTRIES(compact, compact_mode)

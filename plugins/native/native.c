@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "kernels/build_caps.h"
+#include "kernels/tune_entries.h"
 #include "kernels/device_check.h"
 
 #include "kernels/conv_buffer.h"
@@ -190,13 +191,17 @@ static ssm_status native_import_slots(void *instance, int32_t count, const int32
                               "batched page moves need a CUDA context");
 }
 
+/* Tuning (docs/tuning.md): GPU contexts only. */
+SSM_TUNE_ENTRIES(native, native_mode)
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
     .name = "native",
     .mode_version = NATIVE_MODE_VERSION,
     .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |
-                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES,
+                    SSM_CAP_STATE_BF16 | SSM_CAP_ACT_F32 | SSM_CAP_ACT_BF16 | SSM_CAP_PAGES |
+                    SSM_CAP_LAYOUTS,
     .check_config = native_check_config,
     .plan = native_plan,
     .create = native_create,
@@ -212,4 +217,5 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .materialize = NULL,
     .export_slots = native_export_slots,
     .import_slots = native_import_slots,
+    SSM_TUNE_TABLE(native),
 };

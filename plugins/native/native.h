@@ -10,6 +10,7 @@
 #define SSM_NATIVE_H
 
 #include "kernels/cpu_steps.h"
+#include "kernels/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct native_mode {
@@ -62,6 +63,10 @@ ssm_status native_cuda_export_slots(native_mode *n, int32_t count, const int32_t
 ssm_status native_cuda_import_slots(native_mode *n, int32_t count, const int32_t *slots,
                                     const ssm_page_view_v1 *views, const uint32_t *refused,
                                     void *stream);
+
+/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through kernels/tune_entries.h). */
+SSM_TUNE_CUDA_DECLS(native, native_mode);
 
 static inline int native_on_gpu(const native_mode *n)
 {

@@ -3,6 +3,7 @@
  * prefill update the current snapshot in place. */
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
+#include "kernels/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/native/native.h"
@@ -12,6 +13,7 @@ using namespace ssm;
 
 struct native_gpu {
     gpu_common common;
+    gpu_tune tune; /* tuning: candidates, and scratch while tuning */
 };
 
 static gpu_common &G(native_mode *n) { return n->gpu->common; }
@@ -27,13 +29,16 @@ extern "C" ssm_status native_cuda_create(native_mode *n)
     n->gpu = (native_gpu *)s->alloc_host(s->core, sizeof(native_gpu));
     if (!n->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    return gpu_common_create(G(n), &n->params, s);
+    ssm_status st = gpu_common_create(G(n), &n->params, s);
+    gpu_tune_init(n->gpu->tune, G(n), tune_profile{true, false});
+    return st;
 }
 
 extern "C" void native_cuda_destroy(native_mode *n)
 {
     if (!n->gpu)
         return;
+    gpu_tune_end(n->gpu->tune);
     gpu_common_destroy(G(n), n->services);
     n->services->release_host(n->services->core, n->gpu);
     n->gpu = NULL;
@@ -63,6 +68,7 @@ extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step
     ta.current = n->current;
     tile_step_tokens(ta, step);
     ta.store = STORE_EACH;
+    ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->services);
 }
@@ -187,3 +193,7 @@ extern "C" ssm_status native_cuda_import_slots(native_mode *n, int32_t count,
     return launch_page_moves<true>(page_store(n), count, slots, views, refused, stream,
                                    n->services);
 }
+
+/* ---------------------------------------------------------------- tuning */
+
+SSM_TUNE_CUDA_ENTRIES(native, native_mode)

@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "kernels/build_caps.h"
+#include "kernels/tune_entries.h"
 #include "kernels/device_check.h"
 #include "kernels/conv_buffer.h"
 #include "kernels/cpu_steps.h"
@@ -426,6 +427,9 @@ static ssm_status replay_import_slots(void *instance, int32_t count, const int32
                               "batched page moves need a CUDA context");
 }
 
+/* Tuning (docs/tuning.md): GPU contexts only. */
+SSM_TUNE_ENTRIES(replay, replay_mode)
+
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
@@ -448,4 +452,5 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .materialize = replay_materialize,
     .export_slots = replay_export_slots,
     .import_slots = replay_import_slots,
+    SSM_TUNE_TABLE(replay),
 };

@@ -17,6 +17,7 @@
 
 #include "kernels/cpu_steps.h"
 #include "kernels/replay.h"
+#include "kernels/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 /* How decode and verify compute outputs ([replay] outputs). */
@@ -127,6 +128,10 @@ ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count, const int32_t
                                     void *stream);
 ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
                                    void *stream);
+
+/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through kernels/tune_entries.h). */
+SSM_TUNE_CUDA_DECLS(replay, replay_mode);
 
 static inline int replay_on_gpu(const replay_mode *r)
 {

@@ -18,6 +18,7 @@
  * choice is the host's, from the row count alone. */
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
+#include "kernels/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/replay/replay.h"
@@ -27,6 +28,7 @@ using namespace ssm;
 
 struct replay_gpu {
     gpu_common common;
+    gpu_tune tune; /* tuning: candidates, and scratch while tuning */
     record_layout ring;  /* one replay record */
     int32_t *ring_start; /* [capacity][layers] */
     int32_t *fold_taken; /* [capacity][layers][2]: the (start, n) a folding decode took */
@@ -75,6 +77,9 @@ extern "C" ssm_status replay_cuda_create(replay_mode *r)
     if (!r->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
     ssm_status st = gpu_common_create(G(r), &r->params, s);
+    /* Replay's verify is timed as an output-only job of the same kernel
+     * variants; its identity kernel is not tuned (docs/tuning.md). */
+    gpu_tune_init(r->gpu->tune, G(r), tune_profile{false, false});
     if (st != SSM_OK)
         return st;
     r->gpu->ring = make_record_layout(r->params.model, G(r).act_size, true);
@@ -90,6 +95,7 @@ extern "C" void replay_cuda_destroy(replay_mode *r)
 {
     if (!r->gpu)
         return;
+    gpu_tune_end(r->gpu->tune);
     gpu_common_destroy(G(r), r->services);
     r->services->release(r->services->core, r->gpu->ring_start);
     r->services->release(r->services->core, r->gpu->fold_taken);
@@ -376,3 +382,7 @@ extern "C" ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count,
     return launch_page_moves<true>(page_store(r), count, slots, views, refused, stream,
                                    r->services);
 }
+
+/* ---------------------------------------------------------------- tuning */
+
+SSM_TUNE_CUDA_ENTRIES(replay, replay_mode)

@@ -1,0 +1,104 @@
+#!/bin/sh
+# `ssmstate serve` end to end on a tiny CPU model (examples/serve-tiny.ini),
+# all three modes, both state dtypes (TAP): exit 0; a table line per mode
+# and dtype with its numbers and a passed cross-check (against a CPU native
+# context, bit for bit); the ratios; the JSON document; the plot a valid
+# PNG of two charts (tests/check_png: signature, chunk CRCs, IHDR, the zlib
+# stream inflated); the same seed giving the same token counts; replay's
+# folds counted; bad usage and a budget that holds no request exit 2 with
+# one line on stderr; --device cuda exits 77 where there is no GPU.
+set -u
+ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
+check_png="$SSM_TOP_BUILDDIR/tests/check_png"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The example with heads of 16 instead of 32 (the CPU's chunked prefill
+# costs K V per token): a whole sweep of every mode and dtype in seconds.
+config="$tmp/serve-tiny.ini"
+sed -e 's/^key_dim = 32/key_dim = 16/' -e 's/^value_dim = 32/value_dim = 16/' \
+    "$SSM_TOP_SRCDIR/examples/serve-tiny.ini" >"$config"
+n=0
+fails=0
+report() { # status, name
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then
+        echo "ok $n - $2"
+    else
+        echo "not ok $n - $2"
+        fails=$((fails + 1))
+        sed 's/^/# /' "$tmp/err" 2>/dev/null | tail -n 20
+    fi
+}
+small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
+       --chunk 32 --check 3 --seed 5 --quiet"
+
+echo "1..11"
+# shellcheck disable=SC2086 # $small is several words on purpose
+"$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
+    --plot "$tmp/run.png" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/out" >>"$tmp/err"
+report "$rc" "serve runs every mode and dtype (exit $rc)"
+
+lines=0
+x='[0-9.]+'
+for mode in native compact replay; do
+    got=$(grep -cE "^  $mode +$x (B|KiB|MiB) +[0-9]+ +$x +$x +$x +[-0-9.]+ +pass$" "$tmp/out")
+    [ "$got" -eq 2 ] && lines=$((lines + 1))
+done
+[ "$lines" -eq 3 ]
+report $? "a table line with a passed check per mode and dtype"
+
+grep -q "ratios: concurrent requests replay/native [0-9.]*x" "$tmp/out" &&
+    grep -q "tokens/s at native's largest concurrency" "$tmp/out"
+report $? "the ratios the issue's targets ask about"
+
+[ "$(grep -c "^  check [a-z]*: [0-9]* requests .* against cpu native: .*bit-identical.*: pass$" \
+    "$tmp/out")" -eq 6 ]
+report $? "each mode cross-checked against a CPU native context, bit for bit"
+
+grep -q '"command":"serve"' "$tmp/run.json" &&
+    [ "$(grep -o '"mode":"[a-z]*"' "$tmp/run.json" | wc -l)" -eq 6 ] &&
+    [ "$(grep -o '"pass":true' "$tmp/run.json" | wc -l)" -eq 6 ]
+report $? "the JSON document: 2 tables of 3 modes, every check passed"
+
+grep -o '"mode":"replay".*' "$tmp/run.json" | grep -q '"folds":[1-9]'
+report $? "replay's folds are counted"
+
+"$check_png" "$tmp/run.png" 1280 420 >"$tmp/err" 2>&1
+report $? "the plot is a valid 1280x420 PNG (two charts)"
+
+# The bf16 table again, without replay: its native and compact token counts.
+tokens='"tokens":[0-9]*,"verify_rows"'
+# shellcheck disable=SC2086
+"$ssmstate" serve "$config" $small --modes native,compact --state bf16 \
+    --json "$tmp/again.json" >/dev/null 2>"$tmp/err" &&
+    sed -n 2p "$tmp/run.json" | sed 's/"mode":"replay".*//' | grep -o "$tokens" >"$tmp/a" &&
+    grep -o "$tokens" "$tmp/again.json" >"$tmp/b" && [ -s "$tmp/b" ] &&
+    diff "$tmp/a" "$tmp/b" >"$tmp/err"
+report $? "the same seed serves the same tokens"
+
+bad=0
+for args in "--check x" "--prompt 9:3" "--state f16" "--modes native,native" "--rate 0" ""; do
+    # shellcheck disable=SC2086
+    "$ssmstate" serve $args ${args:+"$config"} >/dev/null 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+        echo "# serve $args: exit $rc, $(wc -l <"$tmp/err") stderr lines"
+        bad=1
+    fi
+done
+report "$bad" "bad usage exits 2 with one line"
+
+"$ssmstate" serve "$config" --device cpu --state-budget 1K --modes native --quiet \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "holds no request" "$tmp/out"
+report $? "a budget that holds no request exits 2 and says so"
+
+"$ssmstate" serve "$config" --device cuda --state-budget 1M --steps 2 --warmup-steps 2 \
+    --check 0 --quiet >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 77 ] || [ "$rc" -eq 0 ]
+report $? "--device cuda: 77 without a GPU (exit $rc)"
+[ "$fails" -eq 0 ]

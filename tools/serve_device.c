@@ -1,0 +1,256 @@
+/* The device of `ssmstate serve` (see serve_device.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h" /* the build's: HAVE_CUDA */
+
+#include "cli.h"
+#include "serve_device.h"
+
+#ifdef HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+/* 0 for cudaSuccess, else -1 with "what: reason" in error. */
+static int cuda_ok(cudaError_t status, const char *what, char *error, size_t len)
+{
+    if (status == cudaSuccess)
+        return 0;
+    snprintf(error, len, "%s: %s", what, cudaGetErrorString(status));
+    return -1;
+}
+
+/* GPUs visible, or -1 when the runtime finds none (why says so). */
+static int visible_gpus(char *why, size_t len)
+{
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        snprintf(why, len, "no GPU visible (cudaGetDeviceCount: %s)", cudaGetErrorString(status));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (count == 0) {
+        snprintf(why, len, "no GPU visible (cudaGetDeviceCount found none)");
+        return -1;
+    }
+    return count;
+}
+#endif
+
+/* "cuda" or "cuda:N" into *index (0 for "cuda"); -1 for anything else. */
+static int parse_cuda(const char *text, int32_t *index)
+{
+    if (!strcmp(text, "cuda")) {
+        *index = 0;
+        return 0;
+    }
+    if (strncmp(text, "cuda:", 5) != 0 || !text[5])
+        return -1;
+    char *end;
+    long value = strtol(text + 5, &end, 10);
+    if (*end || value < 0 || value > 1023)
+        return -1;
+    *index = (int32_t)value;
+    return 0;
+}
+
+int serve_device_pick(const char *forced, const ssm_config *config, serve_device *d)
+{
+    memset(d, 0, sizeof *d);
+    d->where = (ssm_device){SSM_DEVICE_CPU, 0};
+    snprintf(d->name, sizeof d->name, "cpu");
+    int32_t index = config->device.type == SSM_DEVICE_CUDA ? config->device.index : 0;
+    if (forced && !strcmp(forced, "cpu"))
+        return CLI_EXIT_OK;
+    if (forced && parse_cuda(forced, &index) != 0)
+        return cli_fail("--device: '%s' is not cpu, cuda or cuda:N", forced);
+#ifdef HAVE_CUDA
+    char why[256];
+    int count = visible_gpus(why, sizeof why);
+    if (count < 0) {
+        if (!forced)
+            return CLI_EXIT_OK; /* no GPU: the CPU */
+        fprintf(stderr, "ssmstate: serve: %s; nothing measured\n", why);
+        return SERVE_EXIT_NO_GPU;
+    }
+    if (index >= count)
+        return cli_fail("serve: cuda:%d asked for, but %d GPU%s visible", index, count,
+                        count == 1 ? " is" : "s are");
+    struct cudaDeviceProp properties;
+    if (cudaGetDeviceProperties(&properties, index) == cudaSuccess)
+        snprintf(d->name, sizeof d->name, "%s", properties.name);
+    else
+        snprintf(d->name, sizeof d->name, "cuda:%d", index);
+    d->where = (ssm_device){SSM_DEVICE_CUDA, index};
+    return CLI_EXIT_OK;
+#else
+    (void)index;
+    if (!forced)
+        return CLI_EXIT_OK;
+    fprintf(stderr, "ssmstate: serve: this build has no CUDA (configure --with-cuda); "
+                    "nothing measured\n");
+    return SERVE_EXIT_NO_GPU;
+#endif
+}
+
+int serve_device_open(serve_device *d, char *error, size_t len)
+{
+    if (d->where.type != SSM_DEVICE_CUDA)
+        return 0;
+#ifdef HAVE_CUDA
+    cudaStream_t stream = NULL;
+    cudaEvent_t start = NULL, stop = NULL;
+    if (cuda_ok(cudaSetDevice(d->where.index), "cudaSetDevice", error, len) != 0 ||
+        cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate",
+                error, len) != 0)
+        return -1;
+    d->stream = stream;
+    if (cuda_ok(cudaEventCreate(&start), "cudaEventCreate", error, len) != 0 ||
+        cuda_ok(cudaEventCreate(&stop), "cudaEventCreate", error, len) != 0) {
+        if (start)
+            cudaEventDestroy(start);
+        serve_device_close(d);
+        return -1;
+    }
+    d->start = start;
+    d->stop = stop;
+    return 0;
+#else
+    snprintf(error, len, "this build has no CUDA");
+    return -1;
+#endif
+}
+
+void serve_device_close(serve_device *d)
+{
+#ifdef HAVE_CUDA
+    if (d->stream)
+        cudaStreamSynchronize((cudaStream_t)d->stream);
+    if (d->start)
+        cudaEventDestroy((cudaEvent_t)d->start);
+    if (d->stop)
+        cudaEventDestroy((cudaEvent_t)d->stop);
+    if (d->stream)
+        cudaStreamDestroy((cudaStream_t)d->stream);
+#endif
+    d->stream = d->start = d->stop = NULL;
+}
+
+void *serve_alloc(const serve_device *d, size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA) {
+        void *p = NULL;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        /* The legacy stream's memset, waited for: the stream is non-blocking. */
+        if (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+            (void)cudaGetLastError();
+            cudaFree(p);
+            return NULL;
+        }
+        return p;
+    }
+#endif
+    (void)d;
+    return calloc(1, bytes);
+}
+
+void serve_free(const serve_device *d, void *p)
+{
+    if (!p)
+        return;
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    (void)d;
+    free(p);
+}
+
+int serve_upload(const serve_device *d, void *dst, const void *src, size_t bytes, char *error,
+                 size_t len)
+{
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA)
+        return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                       (cudaStream_t)d->stream),
+                       "cudaMemcpyAsync (to the device)", error, len);
+#endif
+    (void)d, (void)error, (void)len;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+int serve_download(const serve_device *d, void *dst, const void *src, size_t bytes, char *error,
+                   size_t len)
+{
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA)
+        return serve_sync(d, error, len) != 0
+                   ? -1
+                   : cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+                             "cudaMemcpy (to the host)", error, len);
+#endif
+    (void)d, (void)error, (void)len;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+int serve_sync(const serve_device *d, char *error, size_t len)
+{
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA)
+        return cuda_ok(cudaStreamSynchronize((cudaStream_t)d->stream), "the stream", error, len);
+#endif
+    (void)d, (void)error, (void)len;
+    return 0;
+}
+
+int serve_step_begin(const serve_device *d, char *error, size_t len)
+{
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA)
+        return cuda_ok(cudaEventRecord((cudaEvent_t)d->start, (cudaStream_t)d->stream),
+                       "cudaEventRecord", error, len);
+#endif
+    (void)d, (void)error, (void)len;
+    return 0;
+}
+
+int serve_step_end(const serve_device *d, double *device_ms, char *error, size_t len)
+{
+    *device_ms = NAN;
+#ifdef HAVE_CUDA
+    if (d->where.type == SSM_DEVICE_CUDA) {
+        float ms = 0;
+        if (cuda_ok(cudaEventRecord((cudaEvent_t)d->stop, (cudaStream_t)d->stream),
+                    "cudaEventRecord", error, len) != 0 ||
+            cuda_ok(cudaEventSynchronize((cudaEvent_t)d->stop), "the step's kernels", error,
+                    len) != 0 ||
+            cuda_ok(cudaEventElapsedTime(&ms, (cudaEvent_t)d->start, (cudaEvent_t)d->stop),
+                    "cudaEventElapsedTime", error, len) != 0)
+            return -1;
+        *device_ms = ms;
+        return 0;
+    }
+#endif
+    (void)d, (void)error, (void)len;
+    return 0;
+}
+
+double serve_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
