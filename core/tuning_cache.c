@@ -379,7 +379,7 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
         return ssm_error_set(SSM_ERR_CONFIG, "[tuning] cache = '%s' cannot be read: %s", path,
                              strerror(errno));
     }
-    char line[2048];
+    char line[TUNING_LINE_MAX];
     int32_t number = 0;
     int header = 0;
     ssm_status status = SSM_OK;
@@ -432,12 +432,17 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
 
 ssm_status tuning_cache_save(const char *path, const tuning_cache *cache)
 {
-    size_t len = strlen(path) + 32;
+    /* PATH.tmp.<pid>.<n>: unique across processes (pid) and across the
+     * contexts of one process that save at once (n), opened exclusively so
+     * two writers never share a temporary. */
+    static unsigned long saves;
+    unsigned long n = __atomic_fetch_add(&saves, 1ul, __ATOMIC_RELAXED);
+    size_t len = strlen(path) + 48;
     char *temporary = ssm_malloc(len);
     if (!temporary)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    snprintf(temporary, len, "%s.tmp.%ld", path, (long)getpid());
-    FILE *file = fopen(temporary, "w");
+    snprintf(temporary, len, "%s.tmp.%ld.%lu", path, (long)getpid(), n);
+    FILE *file = fopen(temporary, "wx");
     if (!file) {
         ssm_status st = ssm_error_set(SSM_ERR_CONFIG, "[tuning] cache = '%s': cannot write %s: %s",
                                       path, temporary, strerror(errno));
@@ -448,10 +453,21 @@ ssm_status tuning_cache_save(const char *path, const tuning_cache *cache)
                      "%s %d\n# ssmstate's autotuned launch choices (docs/tuning.md); safe to "
                      "delete\n",
                      TUNING_CACHE_MAGIC, TUNING_CACHE_VERSION) > 0;
-    char line[2048];
-    for (int32_t i = 0; ok && i < cache->count; i++)
-        ok = tuning_entry_format(&cache->entries[i], line, sizeof line) &&
-             fprintf(file, "%s\n", line) > 0;
+    /* One byte short of the reader's buffer: a line it reads whole (at
+     * most TUNING_LINE_MAX - 2 bytes and its newline). An entry that does
+     * not fit (long candidate names or reasons, percent-encoded) is left
+     * out with a log line rather than failing the whole save. */
+    char line[TUNING_LINE_MAX - 1];
+    for (int32_t i = 0; ok && i < cache->count; i++) {
+        const tuning_entry *e = &cache->entries[i];
+        if (!tuning_entry_format(e, line, sizeof line)) {
+            const char *family = tuning_family_name(e->key.family);
+            ssm_log(1, "tuning cache %s: a %s entry (bucket %d) does not fit a line; not saved",
+                    path, family ? family : "bad", (int)e->key.bucket);
+            continue;
+        }
+        ok = fprintf(file, "%s\n", line) > 0;
+    }
     ok = fflush(file) == 0 && ok;
     ok = fsync(fileno(file)) == 0 && ok;
     int saved_errno = errno;

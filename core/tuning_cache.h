@@ -19,6 +19,7 @@
 #define TUNING_MAX_FAILED 8   /* failed candidates kept per entry */
 #define TUNING_NAME_LEN 32    /* a candidate name, NUL included */
 #define TUNING_WHY_LEN 160    /* a failure reason, NUL included */
+#define TUNING_LINE_MAX 2048 /* the reader's line buffer: lines of 2 KiB at most */
 #define TUNING_ANY_MODE "*"   /* the mode of entries every mode shares (the layout) */
 
 /* What an entry is for, every field part of the match. */

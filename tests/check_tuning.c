@@ -390,6 +390,29 @@ START_TEST(test_atomic_save)
     rmdir(blocked);
     free(inside);
     free(blocked);
+    /* An entry too long for a line (eight long reasons, every blank
+     * percent-encoded) is left out; the save and the other entries stand. */
+    tuning_entry wide = full_entry();
+    wide.key.bucket = 7;
+    wide.failed_count = TUNING_MAX_FAILED;
+    for (int32_t i = 0; i < TUNING_MAX_FAILED; i++) {
+        snprintf(wide.failed[i], TUNING_NAME_LEN, "candidate-%d", (int)i);
+        memset(wide.why[i], ' ', TUNING_WHY_LEN - 1);
+        wide.why[i][TUNING_WHY_LEN - 1] = '\0';
+    }
+    char big[8192];
+    ck_assert(tuning_entry_format(&wide, big, sizeof big));
+    ck_assert_int_gt((int)strlen(big), TUNING_LINE_MAX);
+    EXPECT(tuning_cache_put(&cache, &wide), SSM_OK);
+    EXPECT(tuning_cache_save(path, &cache), SSM_OK);
+    ck_assert_int_eq(files_in(dir), 1);
+    tuning_cache back = {0};
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &back, &missing), SSM_OK);
+    ck_assert_int_eq(back.count, 1);
+    ck_assert_int_eq(back.skipped_lines, 0);
+    assert_entries_equal(&e, &back.entries[0]);
+    tuning_cache_free(&back);
     /* A directory that does not exist. */
     char *nowhere = path_in(dir, "no/such/dir/c.cache");
     EXPECT(tuning_cache_save(nowhere, &cache), SSM_ERR_CONFIG);
