@@ -6,7 +6,8 @@
 # PNG of two charts (tests/check_png: signature, chunk CRCs, IHDR, the zlib
 # stream inflated); the same seed giving the same token counts; replay's
 # folds counted; bad usage and a budget that holds no request exit 2 with
-# one line on stderr; --device cuda exits 77 where there is no GPU.
+# one line on stderr; a spoiled output (SSMSTATE_SERVE_TEST_SPOIL) fails the
+# check and exits 1; --device cuda exits 77 where there is no GPU.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 check_png="$SSM_TOP_BUILDDIR/tests/check_png"
@@ -32,7 +33,7 @@ report() { # status, name
 small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
        --chunk 32 --check 3 --seed 5 --quiet"
 
-echo "1..11"
+echo "1..12"
 # shellcheck disable=SC2086 # $small is several words on purpose
 "$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
     --plot "$tmp/run.png" >"$tmp/out" 2>"$tmp/err"
@@ -95,6 +96,13 @@ report "$bad" "bad usage exits 2 with one line"
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "holds no request" "$tmp/out"
 report $? "a budget that holds no request exits 2 and says so"
+
+# shellcheck disable=SC2086
+SSMSTATE_SERVE_TEST_SPOIL=1 "$ssmstate" serve "$config" $small --modes compact --state f32 \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -qE "^  check compact: .*: FAIL$" "$tmp/out"
+report $? "a spoiled output fails the cross-check and the exit status (exit $rc)"
 
 "$ssmstate" serve "$config" --device cuda --state-budget 1M --steps 2 --warmup-steps 2 \
     --check 0 --quiet >"$tmp/out" 2>"$tmp/err"

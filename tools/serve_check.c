@@ -1,5 +1,7 @@
 /* The cross-check (see serve_check.h). */
+#include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +76,20 @@ static int replay_call(check_worker *w, int64_t request, const serve_call *c, in
     return -1;
 }
 
+/* Test-only (SSMSTATE_SERVE_TEST_SPOIL set, docs/serve.md "Tests"): the
+ * first replayed output becomes NaN, so tests/serve_smoke.sh can see the
+ * check fail. */
+static void spoil_first_output(check_worker *w)
+{
+    if (w->job->config.activation_dtype == SSM_DTYPE_BF16) {
+        const uint16_t nan = 0x7fc0;
+        memcpy(w->out, &nan, sizeof nan);
+    } else {
+        const float nan = NAN;
+        memcpy(w->out, &nan, sizeof nan);
+    }
+}
+
 /* Compares the replayed outputs (and final state) of a layer with the log. */
 static int compare_layer(check_worker *w, const serve_log *log, int32_t layer, int32_t slot)
 {
@@ -81,6 +97,8 @@ static int compare_layer(check_worker *w, const serve_log *log, int32_t layer, i
                            .kind = SESSION_VERIFY, .tokens = (int32_t)log->tokens,
                            .keep = (int32_t)log->tokens, .rows = 1, .out = log->out[layer]};
     compare_keep_output(w->baseline, &block);
+    if (getenv("SSMSTATE_SERVE_TEST_SPOIL"))
+        spoil_first_output(w);
     block.out = w->out;
     compare_output(w->baseline, &w->diff, &block);
     if (log->finished) {
