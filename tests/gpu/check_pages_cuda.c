@@ -452,25 +452,6 @@ END_TEST
 
 /* ------------------------------------------------------------ 5. ranks */
 
-/* A CUDA context of mode `mode` holding value heads [h0, h0 + per) of the
- * world's model (a tensor-parallel rank), one slot acquired. */
-static ssm_ctx *open_rank(const world *w, const char *mode, int32_t h0, int32_t per,
-                          int32_t *slot)
-{
-    int32_t group = w->m.value_heads / w->m.heads;
-    ssm_model_dims m = w->m;
-    m.value_heads = per;
-    m.heads = per / group;
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    test_config(&c, &m, mode, w->sd, w->ad, 2, T_MAX - 1);
-    c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
-    c.head_slice = (ssm_head_slice){w->m.heads, w->m.value_heads, h0};
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    EXPECT(ssm_slot_acquire(ctx, slot), SSM_OK);
-    return ctx;
-}
-
 START_TEST(rank_pages)
 {
     world w;
@@ -479,7 +460,7 @@ START_TEST(rank_pages)
     int32_t per = w.m.value_heads / 2, slot[2];
     ssm_ctx *rank[2];
     for (int k = 0; k < 2; k++)
-        rank[k] = open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, &slot[k]);
+        rank[k] = gpu_open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, 2, &slot[k], 1);
     size_t n = ssm_page_bytes(w.side[g].ctx);
     unsigned char *merged = malloc(n);
     ck_assert_ptr_nonnull(merged);

@@ -478,26 +478,6 @@ END_TEST
 
 /* ------------------------------------------------------------ 5. ranks */
 
-/* A CUDA context of `mode` holding value heads [h0, h0 + per) of the
- * world's model, 2 slots acquired. */
-static ssm_ctx *open_rank(const world *w, const char *mode, int32_t h0, int32_t per,
-                          int32_t *slots)
-{
-    int32_t group = w->m.value_heads / w->m.heads;
-    ssm_model_dims m = w->m;
-    m.value_heads = per;
-    m.heads = per / group;
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    test_config(&c, &m, mode, w->sd, w->ad, 4, T_MAX - 1);
-    c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
-    c.head_slice = (ssm_head_slice){w->m.heads, w->m.value_heads, h0};
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    for (int k = 0; k < 2; k++)
-        EXPECT(ssm_slot_acquire(ctx, &slots[k]), SSM_OK);
-    return ctx;
-}
-
 START_TEST(ranks)
 {
     world w;
@@ -510,7 +490,7 @@ START_TEST(ranks)
     unsigned char *own[2];
     size_t rn[2], rstride[2];
     for (int k = 0; k < 2; k++) {
-        rank[k] = open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, slot[k]);
+        rank[k] = gpu_open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, 4, slot[k], 2);
         rn[k] = ssm_page_bytes(rank[k]);
         rstride[k] = stride_for(rn[k], 0);
         int32_t *status = device_import(rank[k], 2, slot[k], whole, stride, w.stream);

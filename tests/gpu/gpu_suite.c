@@ -3,8 +3,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tests/expect.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/testutil.h"
+
+ssm_ctx *gpu_open_rank(const world *w, const char *mode, int32_t h0, int32_t per,
+                       int32_t capacity, int32_t *slots, int32_t count)
+{
+    int32_t group = w->m.value_heads / w->m.heads;
+    ssm_model_dims m = w->m;
+    m.value_heads = per;
+    m.heads = per / group;
+    ssm_config c;
+    ssm_ctx *ctx = NULL;
+    test_config(&c, &m, mode, w->sd, w->ad, capacity, T_MAX - 1);
+    c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
+    c.head_slice = (ssm_head_slice){w->m.heads, w->m.value_heads, h0};
+    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
+    for (int32_t k = 0; k < count; k++)
+        EXPECT(ssm_slot_acquire(ctx, &slots[k]), SSM_OK);
+    return ctx;
+}
 
 int gpu_suite_main(Suite *(*make)(void))
 {
