@@ -7,7 +7,8 @@
 # stream inflated); the same seed giving the same token counts; replay's
 # folds counted; bad usage and a budget that holds no request exit 2 with
 # one line on stderr; a spoiled output (SSMSTATE_SERVE_TEST_SPOIL) fails the
-# check and exits 1; --device cuda exits 77 where there is no GPU.
+# check and exits 1; --device cuda runs every mode on a GPU (exit 0, every
+# mode holding requests) and exits 77 only where there is no GPU or no CUDA.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 check_png="$SSM_TOP_BUILDDIR/tests/check_png"
@@ -104,9 +105,38 @@ rc=$?
 [ "$rc" -eq 1 ] && grep -qE "^  check compact: .*: FAIL$" "$tmp/out"
 report $? "a spoiled output fails the cross-check and the exit status (exit $rc)"
 
-"$ssmstate" serve "$config" --device cuda --state-budget 1M --steps 2 --warmup-steps 2 \
-    --check 0 --quiet >"$tmp/out" 2>"$tmp/err"
+# On a GPU: the example itself (the CUDA kernels take key_dim 32, not the 16
+# above), a budget that holds requests of every mode there (a slot's plan
+# adds about 250 KiB of GPU scratch at these dims: 10 to 14 requests in 4
+# MiB), each step traced (SSMSTATE_SERVE_TRACE) and a time limit, so a
+# failure or a hang shows its last lines in the log. Exit 77 only when the
+# command says there is no GPU or no CUDA.
+limit=""
+command -v timeout >/dev/null 2>&1 && limit="timeout 300"
+# shellcheck disable=SC2086 # $limit is a command and its argument
+SSMSTATE_SERVE_TRACE=1 $limit "$ssmstate" serve "$SSM_TOP_SRCDIR/examples/serve-tiny.ini" \
+    --device cuda --state-budget 4M --steps 2 --warmup-steps 2 --check 0 --quiet \
+    >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ "$rc" -eq 77 ] || [ "$rc" -eq 0 ]
-report $? "--device cuda: 77 without a GPU (exit $rc)"
+ok=1
+if [ "$rc" -eq 77 ]; then
+    grep -qE "no GPU visible|this build has no CUDA" "$tmp/err" && ok=0
+elif [ "$rc" -eq 0 ]; then
+    lines=0
+    for mode in native compact replay; do
+        got=$(grep -cE "^  $mode +$x (B|KiB|MiB) +[1-9][0-9]* +$x +$x +$x +[-0-9.]+ +-$" \
+            "$tmp/out")
+        [ "$got" -eq 2 ] && lines=$((lines + 1))
+    done
+    [ "$lines" -eq 3 ] && ok=0
+fi
+if [ "$ok" -ne 0 ]; then
+    { echo "# serve --device cuda: exit $rc$([ "$rc" -eq 124 ] && echo " (timed out)");" \
+          "stdout (last 30 lines):"
+      tail -n 30 "$tmp/out" | sed 's/^/#   /'
+      echo "# stderr (last 30 lines):"
+      tail -n 30 "$tmp/err" | sed 's/^/#   /'; } >&2
+fi
+: >"$tmp/err" # shown above; report() need not repeat it
+report "$ok" "--device cuda: every mode runs on a GPU, 77 without one (exit $rc)"
 [ "$fails" -eq 0 ]

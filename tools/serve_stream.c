@@ -56,6 +56,7 @@ typedef struct level {
     int ticket_open;
     double *step_ms, *device_ms; /* [o->steps] measured */
     double busy;                 /* sum over measured steps of requests holding slots */
+    int trace;                   /* SSMSTATE_SERVE_TRACE: a line per step on stderr */
     serve_point *out;
     char *error;
     size_t len;
@@ -181,7 +182,7 @@ static void log_row(level *v, row *r, serve_call_kind kind, int64_t batch_tokens
     r->log_at = serve_log_add(l->log, &call);
 }
 
-/* Step 2: this step's batches, and their metadata uploaded. */
+/* Step 2: this step's batches and their metadata, on the host. */
 static int plan(level *v)
 {
     serve_engine *e = v->e;
@@ -223,8 +224,48 @@ static int plan(level *v)
             snprintf(v->error, v->len, "out of memory for the check's log");
             return -1;
         }
-    return serve_upload(e->dev, e->meta, m, (size_t)(2 * p + 1 + 2 * n) * sizeof(int32_t),
+    return 0;
+}
+
+/* The step's metadata to the device: the first of its device work. */
+static int upload_meta(level *v)
+{
+    const size_t count = 2 * (size_t)v->prefill_count + 1 + 2 * (size_t)v->verify_count;
+    return serve_upload(v->e->dev, v->e->meta, v->e->meta_host, count * sizeof(int32_t),
                         v->error, v->len);
+}
+
+/* The most tokens of one prefill row this step (0: none). */
+static int32_t longest_prefill(const level *v)
+{
+    int32_t longest = 0;
+    for (int32_t r = 0; r < v->prefill_count; r++)
+        longest = v->prefill[r].tokens > longest ? v->prefill[r].tokens : longest;
+    return longest;
+}
+
+/* Whether SSMSTATE_SERVE_TRACE asks for the step lines: set, not empty, not 0. */
+static int trace_wanted(void)
+{
+    const char *value = getenv("SSMSTATE_SERVE_TRACE");
+    return value && value[0] && strcmp(value, "0") != 0;
+}
+
+/* Test-only (SSMSTATE_SERVE_TRACE, docs/serve.md "Tests"): the step about to
+ * run, on stderr and flushed before any of its device work, so the last line
+ * names the step a hang is in (its calls, its wait or its releases). */
+static void trace_step(const level *v)
+{
+    if (!v->trace)
+        return;
+    const ssm_config *c = ssm_ctx_config(v->e->ctx);
+    fprintf(stderr,
+            "serve trace: %s %s concurrency %d step %lld (%s): prefill %d rows, %lld tokens, "
+            "longest %d; verify %d rows\n",
+            c->mode, ssm_dtype_name(c->state_dtype), v->concurrency, (long long)v->step,
+            v->measuring ? "measured" : "warm-up", v->prefill_count,
+            (long long)v->prefill_tokens, longest_prefill(v), v->verify_count);
+    fflush(stderr);
 }
 
 /* Copies the logged rows' outputs of one layer's batch into their logs. */
@@ -251,10 +292,7 @@ static int run_layers(level *v)
     serve_engine *e = v->e;
     const serve_data *d = e->data;
     const int32_t p = v->prefill_count, n = v->verify_count;
-    int32_t longest = 0;
-    for (int32_t r = 0; r < p; r++)
-        longest = v->prefill[r].tokens > longest ? v->prefill[r].tokens : longest;
-    const ssm_prefill_batch prefill = {p, e->meta, e->meta + p, longest, e->meta_host,
+    const ssm_prefill_batch prefill = {p, e->meta, e->meta + p, longest_prefill(v), e->meta_host,
                                        e->meta_host + p};
     const ssm_batch verify = {n, e->tokens, e->meta + 2 * p + 1, e->meta_host + 2 * p + 1};
     v->ticket = (ssm_ticket)SSM_TICKET_INIT;
@@ -370,9 +408,10 @@ static int run_step(level *v)
     double device_ms, start = serve_now();
     if (admit(v) != 0 || plan(v) != 0)
         return -1;
+    trace_step(v);
     const int32_t busy = v->live_count;
-    if (serve_step_begin(v->e->dev, v->error, v->len) != 0 || run_layers(v) != 0 ||
-        serve_step_end(v->e->dev, &device_ms, v->error, v->len) != 0)
+    if (upload_meta(v) != 0 || serve_step_begin(v->e->dev, v->error, v->len) != 0 ||
+        run_layers(v) != 0 || serve_step_end(v->e->dev, &device_ms, v->error, v->len) != 0)
         return -1;
     int64_t tokens = finish(v);
     if (tokens < 0)
@@ -468,6 +507,7 @@ int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serv
     v.out = out;
     v.error = error;
     v.len = len;
+    v.trace = trace_wanted();
     out->concurrency = concurrency;
     serve_arrivals_init(&v.arrivals, &v.w);
     for (int32_t i = 0; i < check; i++)

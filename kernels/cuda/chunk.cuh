@@ -52,6 +52,9 @@ struct chunk_args {
     const int32_t *slots;
     int32_t capacity;
     uint32_t *flags;
+    /* The inputs of row r at in_row r, not its slot (chunk_tc.cuh only:
+     * a prefill of several chunks a launch, whose scratch is by row). */
+    bool rows_own_inputs;
     const float *q, *k, *g, *beta;
     const void *v;
     int64_t q_row, q_token, k_row, k_token, v_row, v_token, g_row, g_token, beta_row, beta_token;

@@ -176,9 +176,10 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     const int32_t LK = tc_pad(K), LC = tc_pad(C);
     const int32_t j = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
     const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int32_t in_row = a.slots ? a.slots[r] : r;
-    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags, false))
+    const int32_t slot = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(slot, a.capacity, a.flags, false))
         return;
+    const int32_t in_row = a.rows_own_inputs ? r : slot; /* where the row's inputs are */
     const int32_t t0 = j * C, n = tc::row_tokens(a, r);
     if (t0 >= n)
         return;

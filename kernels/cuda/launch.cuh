@@ -290,10 +290,16 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
     int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
-    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows);
+    prep_args grouped = a;
+    grouped.group_tokens = prep_group_tokens(a);
+    int32_t groups = grouped.group_tokens > 0 && a.tokens > grouped.group_tokens
+                         ? (a.tokens + grouped.group_tokens - 1) / grouped.group_tokens
+                         : 1;
+    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, groups);
     cudaStream_t st = (cudaStream_t)stream;
     by_width_and_act(g, [&](auto width, auto act) {
-        prep_kernel<decltype(width)::value, decltype(act)><<<grid, SSM_PREP_THREADS, 0, st>>>(a);
+        prep_kernel<decltype(width)::value, decltype(act)>
+            <<<grid, SSM_PREP_THREADS, 0, st>>>(grouped);
     });
     return launch_status(s, "conv and gates kernel");
 }
@@ -464,6 +470,16 @@ inline void launch_chunk_typed(const chunk_args &a, int32_t rows, cudaStream_t s
 /* The scan's value rows a block for a prefill of `rows` rows: the tuned
  * candidate where the device fits it, else chunk_scan_tile_rows's rule
  * (the same bits either way). */
+/* Chunks a row in one pass of a tensor-core prefill of `rows` rows (at
+ * most capacity): as many as the scratch's `capacity` chunks hold, capped
+ * at SSM_PREFILL_CHUNKS_MAX so one pass's prologue grid stays small. */
+#define SSM_PREFILL_CHUNKS_MAX 64
+inline int32_t prefill_chunks_per_pass(const gpu_common &g, int32_t rows)
+{
+    int32_t chunks = g.capacity / rows;
+    return chunks < 1 ? 1 : chunks > SSM_PREFILL_CHUNKS_MAX ? SSM_PREFILL_CHUNKS_MAX : chunks;
+}
+
 inline int32_t prefill_tile_rows(const gpu_common &g, int32_t rows)
 {
     const dims &d = g.d;
@@ -478,28 +494,38 @@ inline int32_t prefill_tile_rows(const gpu_common &g, int32_t rows)
     return chunk_scan_tile_rows(d.K, d.V, d.HV, rows, g.sms, g.shared_optin);
 }
 
-/* A prefill through the chunked form, as every mode runs it: for each piece
- * of SSM_CHUNK_TOKENS tokens a prologue writes the rows' records with
- * log-decays to the prefill scratch, then one chunk on tensor cores
- * (kernels/cuda/chunk_tc.cuh) where the shape allows, else on CUDA cores
- * (kernels/cuda/chunk.cuh), per (row, head, value tile) from the slot's state (`state`, `snapshots`
- * and `current` as tile_args takes them) back to it, the outputs to io->out. */
+/* A prefill through the chunked form, as every mode runs it, in passes:
+ * a prologue writes the rows' records with log-decays to the prefill
+ * scratch, then the chunks on tensor cores (kernels/cuda/chunk_tc.cuh)
+ * where the shape allows, else on CUDA cores (kernels/cuda/chunk.cuh), per
+ * (row, head, value tile) from the slot's state (`state`, `snapshots` and
+ * `current` as tile_args takes them) back to it, the outputs to io->out.
+ * The scratch holds `capacity` chunks of SSM_CHUNK_TOKENS tokens: on tensor
+ * cores a pass of rows <= capacity runs capacity / rows chunks a row (the
+ * scratch by row: prefill_chunks_per_pass), else one chunk a row by slot.
+ * The state is rounded to its dtype at each chunk's end either way, so a
+ * pass of many chunks gives the bits of as many passes of one. */
 inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 *step,
                                          void *conv, void *state, int32_t snapshots,
                                          const int32_t *current, const ssm_services_v1 *s)
 {
     const dims &d = g.d;
     int32_t pieces = (step->max_row_tokens + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
-    int64_t slot_stride = (int64_t)SSM_CHUNK_TOKENS * g.raw.bytes;
-    int64_t floats = g.raw.bytes / (int64_t)sizeof(float);
-    int64_t acts = g.raw.bytes / (int64_t)g.act_size;
-    for (int32_t p = 0; p < pieces; p++) {
+    const bool by_row = g.tensor_core_prefill && step->rows > 0 && step->rows <= g.capacity;
+    const int32_t per_pass = by_row ? prefill_chunks_per_pass(g, step->rows) : 1;
+    for (int32_t p = 0; p < pieces; p += per_pass) {
+        const int32_t chunks = pieces - p < per_pass ? pieces - p : per_pass;
+        const int32_t tokens = chunks * SSM_CHUNK_TOKENS;
+        int64_t slot_stride = (int64_t)tokens * g.raw.bytes;
+        int64_t floats = g.raw.bytes / (int64_t)sizeof(float);
+        int64_t acts = g.raw.bytes / (int64_t)g.act_size;
         prep_args pa = prep_for(g, step, conv, false);
         pa.piece = p * SSM_CHUNK_TOKENS;
-        pa.tokens = SSM_CHUNK_TOKENS;
-        pa.max_tokens = SSM_CHUNK_TOKENS; /* the q scratch's tokens per slot */
+        pa.tokens = tokens;
+        pa.max_tokens = tokens; /* the q scratch's tokens per slot (or row) */
         pa.records = g.prefill_tokens;
         pa.slot_stride = slot_stride;
+        pa.records_by_row = by_row;
         pa.q = g.prefill_q;
         pa.log_decay = true;
         ssm_status st = launch_prep(g, pa, step->stream, s);
@@ -517,14 +543,15 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.slots = step->slots;
         a.capacity = g.capacity;
         a.flags = g.flags;
+        a.rows_own_inputs = by_row;
         a.q = g.prefill_q;
         a.q_token = (int64_t)d.H * d.K;
-        a.q_row = SSM_CHUNK_TOKENS * a.q_token;
+        a.q_row = tokens * a.q_token;
         a.k = (const float *)(g.prefill_tokens + g.raw.k);
-        a.k_row = SSM_CHUNK_TOKENS * floats;
+        a.k_row = tokens * floats;
         a.k_token = floats;
         a.v = g.prefill_tokens + g.raw.v;
-        a.v_row = SSM_CHUNK_TOKENS * acts;
+        a.v_row = tokens * acts;
         a.v_token = acts;
         a.g = (const float *)(g.prefill_tokens + g.raw.decay);
         a.g_row = a.k_row;
@@ -543,8 +570,8 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         cudaStream_t stream = (cudaStream_t)step->stream;
         bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
         if (g.tensor_core_prefill) {
-            /* The work records hold `capacity` rows; a step may have more
-               (padding rows), so the rows go in groups of that many. */
+            /* The work records hold `capacity` chunks; a step may have more
+               rows (padding rows), so the rows go in groups of that many. */
             for (int32_t g0 = 0; g0 < step->rows; g0 += g.capacity) {
                 chunk_args part = a;
                 part.slots = a.slots ? a.slots + g0 : NULL;
@@ -553,13 +580,13 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
                 float *work = g.prefill_work;
                 int32_t tile = prefill_tile_rows(g, rows);
                 if (bf16_state && bf16_act)
-                    launch_chunk_tc<bf16, bf16>(part, rows, 1, work, tile, stream);
+                    launch_chunk_tc<bf16, bf16>(part, rows, chunks, work, tile, stream);
                 else if (bf16_state)
-                    launch_chunk_tc<bf16, float>(part, rows, 1, work, tile, stream);
+                    launch_chunk_tc<bf16, float>(part, rows, chunks, work, tile, stream);
                 else if (bf16_act)
-                    launch_chunk_tc<float, bf16>(part, rows, 1, work, tile, stream);
+                    launch_chunk_tc<float, bf16>(part, rows, chunks, work, tile, stream);
                 else
-                    launch_chunk_tc<float, float>(part, rows, 1, work, tile, stream);
+                    launch_chunk_tc<float, float>(part, rows, chunks, work, tile, stream);
             }
         } else if (bf16_state && bf16_act)
             launch_chunk_typed<bf16, bf16>(a, step->rows, stream);

@@ -7,10 +7,16 @@
  * fp32) and the normalized q to a per-slot q buffer. Every mode's recurrence
  * reads these same bits, which is half of why modes agree bit for bit.
  *
- * A thread owns four conv channels and does all the row's tokens in order,
- * so the conv buffer needs no other synchronization: verify stages its
- * inputs in the buffer's tail (commit shifts them in, commit.cuh); decode
- * and prefill advance the window in place. A head is K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
+ * A thread owns four conv channels and does a group of the row's tokens in
+ * order: all of them, except in a prefill, whose pieces split into groups of
+ * `group_tokens` (one per block along z, so a 64-token piece is not one
+ * thread's serial loop). Only the first group reads the conv buffer (a group
+ * spans at least the W - 1 tokens of the window, so the others find their
+ * window in x) and only it writes the advanced window back, after its reads,
+ * so the buffer needs no other synchronization: verify stages its inputs in
+ * the buffer's tail (commit shifts them in, commit.cuh); decode and prefill
+ * advance the window in place. Every token's arithmetic is the same whatever
+ * the grouping, so the bits are too. A head is K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
  * over those lanes, the same order every time. Replay records also get
  * the running gate sum G with Knuth's two-sum error term, as
  * kernels/replay.c computes it. */
@@ -32,6 +38,8 @@ struct prep_args {
      * decode and verify, whose token (r, t) is r * tokens + t. */
     const int32_t *token_offsets;
     int32_t piece;
+    /* Tokens per block along grid z (prep_group_tokens); >= tokens: one. */
+    int32_t group_tokens;
     const void *x, *gate, *beta;
     const float *conv_weight, *conv_bias, *a_log, *dt_bias;
     void *conv;        /* [capacity][layers][conv_rows][D] act */
@@ -43,10 +51,13 @@ struct prep_args {
      * for a replay ring (ring_n != NULL) (start + n + t) & ring_mask. */
     uint8_t *records;
     int64_t slot_stride, layer_stride;
+    /* Records and q of row r at r's place instead of its slot's (a prefill
+     * of several chunks a launch: rows x chunks fill the scratch). */
+    bool records_by_row;
     record_layout layout;
     const int32_t *ring_n, *ring_start;
     int32_t ring_mask, history;
-    float *q; /* [capacity][max_tokens][H][K]: normalized and scaled */
+    float *q; /* [capacity][max_tokens][H][K]: normalized and scaled (by row: [rows]) */
     uint32_t *flags;
     /* Replay's folding decode (its records go to the token scratch): the
      * first thread of each row moves the layer's ring cursor (start, n)
@@ -97,10 +108,11 @@ struct record_place {
     }
 };
 
-__device__ inline record_place place_of(const prep_args &a, int32_t slot)
+/* `owner`: the slot, or the row when records_by_row. */
+__device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_t owner)
 {
     record_place p;
-    p.base = a.records + (int64_t)slot * a.slot_stride + (int64_t)a.layer * a.layer_stride;
+    p.base = a.records + (int64_t)owner * a.slot_stride + (int64_t)a.layer * a.layer_stride;
     p.bytes = a.layout.bytes;
     p.first = 0;
     p.mask = 0x7fffffff;
@@ -123,8 +135,8 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot)
  * with zeros. WIDTH bounds the conv width at compile time, so the window
  * stays in registers. */
 template <int WIDTH, class Act>
-__device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t e,
-                          const record_place &place)
+__device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t first, int32_t end,
+                          int32_t n, int32_t e, const record_place &place)
 {
     const dims &d = a.d;
     const int32_t qk = d.H * d.K, keep = d.W - 1, c = 4 * e;
@@ -162,10 +174,15 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
                 weight[i][ch] =
                     live && i < d.W ? a.conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
     }
+    /* Window slot i holds the input at position first - keep + i of the
+       piece: the buffer's row for a position before it, else x's token. */
 #pragma unroll
     for (int i = 0; i < WIDTH; i++) {
-        if (live && i < keep)
-            load4(buffer + (int64_t)i * d.D + c, window[i]);
+        const int32_t at = first - keep + i;
+        if (live && i < keep && at < 0)
+            load4(buffer + (int64_t)(keep + at) * d.D + c, window[i]);
+        else if (live && i < keep)
+            load4(x + input_token(a, r, at) * d.D + c, window[i]);
         else
 #pragma unroll
             for (int ch = 0; ch < 4; ch++)
@@ -174,7 +191,7 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
     const bool normalized = c < 2 * qk; /* q and k */
     const int lanes_per_head = d.K >> 2;
     bool finite = true;
-    for (int32_t t = 0; t < n; t++) {
+    for (int32_t t = first; t < end; t++) {
         float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
         if (live)
             load4(x + input_token(a, r, t) * d.D + c, in);
@@ -215,7 +232,9 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
             for (int ch = 0; ch < 4; ch++)
                 out[ch] = (value[ch] * inv) * scale;
             if (c < qk)
-                store4(a.q + ((int64_t)slot * a.max_tokens + t) * qk + c, out);
+                store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
+                           c,
+                       out);
             else
                 store4((float *)(record + a.layout.k) + (c - qk), out);
         } else {
@@ -224,7 +243,14 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
-    if (live && !a.stage && n > 0) {
+    /* The first group advances the window: its registers when it did the
+       row's last token, else the row's last keep inputs (end < n means
+       n > group_tokens >= keep, so they all lie in x). */
+    if (live && !a.stage && n > 0 && first == 0) {
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+            if (i < keep && end < n)
+                load4(x + input_token(a, r, n - keep + i) * d.D + c, window[i]);
 #pragma unroll
         for (int i = 0; i < WIDTH; i++)
             if (i < keep)
@@ -233,8 +259,8 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t n
 }
 
 template <class Act>
-__device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t e,
-                          const record_place &place)
+__device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t first,
+                          int32_t end, int32_t e, const record_place &place)
 {
     const dims &d = a.d;
     int32_t h = d.kda ? e / d.K : e;
@@ -245,7 +271,7 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n
         error = ((const float *)(place.previous + a.layout.gate_error))[e];
     }
     bool finite = true;
-    for (int32_t t = 0; t < n; t++) {
+    for (int32_t t = first; t < end; t++) {
         uint8_t *record = place.at(t);
         float in = load(gate + input_token(a, r, t) * d.GW + e);
         finite = finite && isfinite(in);
@@ -273,12 +299,12 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t n
 }
 
 template <class Act>
-__device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n, int32_t h,
-                          const record_place &place)
+__device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t first,
+                          int32_t end, int32_t h, const record_place &place)
 {
     const Act *beta = (const Act *)a.beta;
     bool finite = true;
-    for (int32_t t = 0; t < n; t++) {
+    for (int32_t t = first; t < end; t++) {
         float in = load(beta + input_token(a, r, t) * a.d.HV + h);
         finite = finite && isfinite(in);
         ((float *)(place.at(t) + a.layout.beta))[h] = ssm_sigmoid(in);
@@ -287,8 +313,18 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t n
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
 }
 
-/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows), SSM_PREP_THREADS
- * threads; WIDTH >= the conv width. */
+/* Tokens per block along z: a prefill piece (no ring, nothing staged)
+ * splits into groups of max(4, W - 1) tokens; every other step is one
+ * group. A group must span the window (W - 1) for prep_conv's buffer rule. */
+__host__ __device__ inline int32_t prep_group_tokens(const prep_args &a)
+{
+    if (!a.token_offsets || a.stage || a.ring_n || a.fold_taken)
+        return a.tokens;
+    return a.d.W - 1 > 4 ? a.d.W - 1 : 4;
+}
+
+/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),
+ * SSM_PREP_THREADS threads; WIDTH >= the conv width. */
 template <int WIDTH, class Act>
 __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
 {
@@ -298,7 +334,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (!slot_is_live(slot, a.capacity, a.flags, e == 0))
         return; /* the whole block: slot and n are the row's */
-    if (a.fold_taken && e == 0) {
+    if (a.fold_taken && e == 0 && blockIdx.z == 0) {
         int64_t cell = (int64_t)slot * a.layers + a.layer;
         int32_t start = a.fold_start[cell], used = a.fold_n[cell];
         a.fold_taken[2 * cell] = start;
@@ -307,15 +343,17 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
         a.fold_n[cell] = 0;
     }
     int32_t n = row_tokens(a, r);
-    if (n == 0)
+    int32_t first = (int32_t)blockIdx.z * a.group_tokens;
+    if (first >= n)
         return;
-    record_place place = place_of(a, slot);
+    int32_t end = n - first < a.group_tokens ? n : first + a.group_tokens;
+    record_place place = place_of(a, slot, a.records_by_row ? r : slot);
     if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D)
-        prep_conv<WIDTH, Act>(a, slot, r, n, e, place);
+        prep_conv<WIDTH, Act>(a, slot, r, first, end, n, e, place);
     if (e < a.d.GW)
-        prep_gate<Act>(a, slot, r, n, e, place);
+        prep_gate<Act>(a, slot, r, first, end, e, place);
     if (e < a.d.HV)
-        prep_beta<Act>(a, slot, r, n, e, place);
+        prep_beta<Act>(a, slot, r, first, end, e, place);
 }
 
 } /* namespace ssm */

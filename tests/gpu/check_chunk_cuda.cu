@@ -410,6 +410,9 @@ int main()
        diagonal blocks take the pair-by-pair sums */
     cases.push_back({300, true, false, 2, 4, 128, 80, true});
     cases.push_back({65, true, true, 2, 4, 64, 80, true});
+    /* the smallest shape the tensor cores take, K = V = 32 (serve-tiny.ini's) */
+    cases.push_back({300, false, false, 2, 4, 32, 32, false});
+    cases.push_back({130, true, true, 2, 4, 32, 32, false});
     std::printf("1..%zu\n", 2 * cases.size());
     std::mt19937_64 rng(0x5eed0c4u);
     int failed = 0, number = 0;
