@@ -1,7 +1,13 @@
 /* Plugin loading, after UCX's module loader: RTLD_NOW|RTLD_LOCAL so a bad
  * plugin fails at load and cannot leak symbols into others; dladdr() to be
  * sure the entry symbol really is the file's own (and not one of a library it
- * pulled in); unload on any failed check. */
+ * pulled in); unload on any failed check. A plugin that passes is pinned
+ * (RTLD_NODELETE): it stays mapped for the process's life, closing it only
+ * drops the handle, and a second dlopen of the file gets the mapped one back.
+ * A CUDA plugin registers its device code with the CUDA runtime when mapped
+ * and unregisters it when unmapped; unmapping one plugin before another's
+ * first kernel is the likeliest reading of a failure seen on the H200
+ * (docs/abi.md, "Loading", step 5). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -75,6 +81,14 @@ static ssm_status check_table(const char *path, const char *symbol, const ssm_pl
     return SSM_OK;
 }
 
+/* Marks the loaded file `path` never to be unmapped (see the top). */
+static void pin(const char *path)
+{
+    void *again = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
+    if (again)
+        dlclose(again);
+}
+
 ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
 {
     if (strlen(path) >= sizeof out->path)
@@ -101,6 +115,7 @@ ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
             dlclose(handle);
             return status;
         }
+        pin(path);
         out->handle = handle;
         out->table = (const ssm_plugin_v1 *)address;
         snprintf(out->path, sizeof out->path, "%s", path);
