@@ -205,6 +205,37 @@ static ssm_status import_queued(ssm_ctx *ctx, int32_t count, const int32_t *slot
     return status;
 }
 
+ssm_status ssm_device_pages_export_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                           void *pages, size_t stride, void *stream)
+{
+    return export_queued(ctx, count, slots, pages, stride, stream);
+}
+
+ssm_status ssm_device_pages_import_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                           const void *pages, size_t stride, int32_t *status_out,
+                                           void *stream)
+{
+    return import_queued(ctx, count, slots, pages, stride, status_out, stream);
+}
+
+#else /* a build without CUDA has no CUDA context: nothing below is reached */
+
+ssm_status ssm_device_pages_export_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                           void *pages, size_t stride, void *stream)
+{
+    (void)ctx, (void)count, (void)slots, (void)pages, (void)stride, (void)stream;
+    return ssm_error_set(SSM_ERR_UNSUPPORTED, "device pages: a build without CUDA");
+}
+
+ssm_status ssm_device_pages_import_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                           const void *pages, size_t stride, int32_t *status_out,
+                                           void *stream)
+{
+    (void)ctx, (void)count, (void)slots, (void)pages, (void)stride, (void)status_out,
+        (void)stream;
+    return ssm_error_set(SSM_ERR_UNSUPPORTED, "device pages: a build without CUDA");
+}
+
 #endif /* HAVE_CUDA */
 
 ssm_status ssm_slots_export_pages_device(ssm_ctx *ctx, int32_t count, const int32_t *slots,

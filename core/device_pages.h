@@ -110,6 +110,19 @@ void ssm_page_context_header(const struct ssm_ctx *ctx, ssm_page_info *info,
  * pending verify, the mode able to move slots. */
 ssm_status ssm_page_batch_checks(struct ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                  const void *pages, size_t stride, const char *what);
+
+/* The device-page export and import of a batch the caller has checked
+ * (ssm_page_batch_checks, the alignment, a CUDA context whose device is
+ * current), queued on `stream`: what core/page.c's host pages of a CUDA
+ * context run on their staging buffer, so a batch is one launch per
+ * SSM_PAGE_LAUNCH_SLOTS pages there too. The import needs the mode's
+ * import_slots. SSM_ERR_DEVICE when a launch fails. */
+ssm_status ssm_device_pages_export_checked(struct ssm_ctx *ctx, int32_t count,
+                                           const int32_t *slots, void *pages, size_t stride,
+                                           void *stream);
+ssm_status ssm_device_pages_import_checked(struct ssm_ctx *ctx, int32_t count,
+                                           const int32_t *slots, const void *pages,
+                                           size_t stride, int32_t *status_out, void *stream);
 #endif
 
 #ifdef __cplusplus

@@ -2,7 +2,8 @@
  * self-describing, checksummed header. docs/pages.md gives the layout byte
  * by byte; this file writes and reads it, and holds the page to the context
  * before anything is loaded. Host-memory pages, of CPU contexts and of CUDA
- * contexts (through a device staging buffer: core/page_device.c). */
+ * contexts: those go through a device staging buffer (core/page_device.c),
+ * a batch at once through the device pages' kernels (core/device_pages.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,25 +245,20 @@ static ssm_status page_slot_checks(ssm_ctx *ctx, int32_t slot, const char *what)
     return SSM_OK;
 }
 
-/* The mode's export of `slot` into `out`, a host page of layout i (checked:
- * room for i->page_bytes), then the checksums and the header. A CUDA
- * context exports into `staging` (device memory of the payload's size),
- * which is then copied into the page; a CPU context (staging NULL) exports
- * into the page itself. */
-static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsigned char *out,
-                              const ssm_page_staging *staging)
+/* A CPU context's export of `slot` into `out`, a host page of layout i
+ * (checked: room for i->page_bytes): the mode's export into the payload,
+ * then the checksums and the header. */
+static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsigned char *out)
 {
     void **conv, **state;
     if (!pointers_alloc(i, &conv, &state))
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
     unsigned char *payload = out + PAGE_HEADER_BYTES;
-    payload_point(i, staging ? staging->device : payload, conv, state);
+    payload_point(i, payload, conv, state);
     ssm_canonical_v1 dst = {sizeof dst, conv, state};
     ssm_status status = ctx->mode->export_slot(ctx->instance, slot, &dst, NULL);
     ssm_free(conv);
     ssm_free(state);
-    if (status == SSM_OK && staging)
-        status = ssm_page_staging_read(staging, 0, payload, (size_t)i->payload_bytes);
     if (status != SSM_OK)
         return status;
     i->payload_crc = ssm_crc32c(payload, (size_t)i->payload_bytes);
@@ -270,22 +266,47 @@ static ssm_status export_into(ssm_ctx *ctx, int32_t slot, ssm_page_info *i, unsi
     return SSM_OK;
 }
 
+/* Room for one of a CUDA context's pages in its staging buffer: the page
+ * rounded up to the 8 bytes the device-page kernels move at a time. */
+static size_t staged_room(const ssm_ctx *ctx)
+{
+    return ((size_t)ssm_page_bytes(ctx) + 7) & ~(size_t)7;
+}
+
+/* A CUDA context's export of a checked batch: the device pages' export of
+ * every slot into one staging buffer (one launch per SSM_PAGE_LAUNCH_SLOTS
+ * pages, on the legacy default stream where the staging copies run), then
+ * each page to the host. Device pages are byte for byte host pages
+ * (docs/pages.md), so these are the pages export_into would write. */
+static ssm_status export_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                      unsigned char *pages, size_t stride)
+{
+    const size_t bytes = (size_t)ssm_page_bytes(ctx), room = staged_room(ctx);
+    ssm_page_staging staging;
+    ssm_status status = ssm_page_staging_open(ctx, room * (size_t)count, &staging);
+    if (status != SSM_OK)
+        return status;
+    status = ssm_device_pages_export_checked(ctx, count, slots, staging.device, room, NULL);
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = ssm_page_staging_read(&staging, (size_t)k * room, pages + (size_t)k * stride,
+                                       bytes);
+    ssm_page_staging_close(&staging);
+    return status;
+}
+
 /* Exports slots[k] into the page at pages + k * stride, the slots and room
- * already checked. A CUDA context's go through one staging buffer, in turn. */
+ * already checked: a CPU context's one by one into the pages themselves, a
+ * CUDA context's as one batch through staging. */
 static ssm_status export_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                unsigned char *pages, size_t stride)
 {
+    if (on_device(ctx))
+        return export_pages_staged(ctx, count, slots, pages, stride);
     ssm_page_info i;
     info_of_context(ctx, &i);
-    ssm_page_staging staging;
-    ssm_status status = on_device(ctx)
-                            ? ssm_page_staging_open(ctx, (size_t)i.payload_bytes, &staging)
-                            : SSM_OK;
+    ssm_status status = SSM_OK;
     for (int32_t k = 0; k < count && status == SSM_OK; k++)
-        status = export_into(ctx, slots[k], &i, pages + (size_t)k * stride,
-                             on_device(ctx) ? &staging : NULL);
-    if (on_device(ctx))
-        ssm_page_staging_close(&staging);
+        status = export_into(ctx, slots[k], &i, pages + (size_t)k * stride);
     return status;
 }
 
@@ -363,7 +384,8 @@ static ssm_status import_load(ssm_ctx *ctx, int32_t slot, const prepared_import 
     return status;
 }
 
-/* Loads prepared pages into slots[k]. A CUDA context copies every payload
+/* Loads prepared pages into slots[k], one mode import per slot (a CPU
+ * context, or pages import_stageable refuses). A CUDA context copies every payload
  * into one staging buffer (count payloads) before any import, so a failed
  * allocation or copy leaves every slot as it was; then the modes' imports
  * run from it and are waited for. */
@@ -395,6 +417,69 @@ static ssm_status import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots
     return status;
 }
 
+/* Whether checked pages can load as one device batch: a CUDA context whose
+ * mode has import_slots, every page of exactly the context's heads (none
+ * needed a slice taken out of it). */
+static int import_stageable(const ssm_ctx *ctx, int32_t count, const prepared_import *p)
+{
+    if (!on_device(ctx) || !ctx->mode->import_slots)
+        return 0;
+    for (int32_t k = 0; k < count; k++)
+        if (p[k].taken)
+            return 0;
+    return 1;
+}
+
+/* A CUDA context's import of a batch the host has checked whole
+ * (import_prepare, import_stageable): every page and a status word each
+ * into one staging buffer, then the device pages' import, which checks the
+ * pages again and loads all or none (one launch per SSM_PAGE_LAUNCH_SLOTS
+ * pages), waited for. A page the device refuses after the host's checks
+ * passed is SSM_ERR_INTERNAL, and no slot changed. */
+static ssm_status import_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                      const unsigned char *pages, size_t stride)
+{
+    const size_t bytes = (size_t)ssm_page_bytes(ctx), room = staged_room(ctx);
+    const size_t statuses_at = room * (size_t)count;
+    int32_t *statuses = ssm_calloc((size_t)count, sizeof *statuses);
+    if (!statuses)
+        return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory");
+    ssm_page_staging staging;
+    ssm_status status =
+        ssm_page_staging_open(ctx, statuses_at + sizeof *statuses * (size_t)count, &staging);
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        status = ssm_page_staging_write(&staging, (size_t)k * room, pages + (size_t)k * stride,
+                                        bytes);
+    if (status == SSM_OK)
+        status = ssm_device_pages_import_checked(ctx, count, slots, staging.device, room,
+                                                 (int32_t *)(staging.device + statuses_at),
+                                                 NULL);
+    if (status == SSM_OK)
+        status = ssm_page_staging_read(&staging, statuses_at, statuses,
+                                       sizeof *statuses * (size_t)count);
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        if (statuses[k] != SSM_PAGE_ACCEPTED)
+            status = ssm_error_set(SSM_ERR_INTERNAL,
+                                   "page %d (slot %d): the device refused it (page status %d) "
+                                   "after the host's checks passed; no slot was changed",
+                                   (int)k, (int)slots[k], (int)statuses[k]);
+    for (int32_t k = 0; k < count && status == SSM_OK; k++)
+        ctx->slot_flags[slots[k]] = 0; /* the pages' states replace whatever was flagged */
+    ssm_page_staging_close(&staging);
+    ssm_free(statuses);
+    return status;
+}
+
+/* Loads checked pages (pages + k * stride, prepared in p) into slots[k]:
+ * as one device batch where import_stageable allows, else import_pages. */
+static ssm_status import_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
+                                 const unsigned char *pages, size_t stride, prepared_import *p)
+{
+    if (import_stageable(ctx, count, p))
+        return import_pages_staged(ctx, count, slots, pages, stride);
+    return import_pages(ctx, count, slots, p);
+}
+
 ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes)
 {
     if (!ctx || !page)
@@ -402,7 +487,7 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
     prepared_import p;
     ssm_status status = import_prepare(ctx, slot, page, bytes, &p);
     if (status == SSM_OK)
-        status = import_pages(ctx, 1, &slot, &p);
+        status = import_checked(ctx, 1, &slot, page, bytes, &p);
     import_release(&p);
     return status;
 }
@@ -473,7 +558,7 @@ ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
     }
     /* Every page checked: what is left are staging and the modes' own copies. */
     if (status == SSM_OK)
-        status = import_pages(ctx, count, slots, prepared);
+        status = import_checked(ctx, count, slots, pages, stride, prepared);
     for (int32_t k = 0; k < count; k++)
         import_release(&prepared[k]);
     ssm_free(prepared);
