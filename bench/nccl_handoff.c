@@ -15,8 +15,13 @@
  *    Its pages must equal the received ones and every decode output the
  *    hand-off run's, bit for bit: the same kernels on the same kind of chip.
  * 5. Timing with CUDA events after a warm-up round, median of --reps: the
- *    hand-off (export + send/recv + import, total and per request) and, in
- *    the same run, a plain ncclSend/ncclRecv of the same bytes.
+ *    hand-off (export + send/recv + import, total and per request), the
+ *    same hand-off pipelined in --groups groups of requests (group j's
+ *    export on a second stream of GPU 0 while group j - 1 is on the wire,
+ *    its import on a second stream of GPU 1 once it has landed) and, in the
+ *    same run, a plain ncclSend/ncclRecv of the same bytes. The pipelined
+ *    round is each repetition's last, so the decode of step 3 runs on what
+ *    it imported.
  *
  * NCCL is loaded at run time (dlopen, --nccl LIB), so the program builds
  * with or without NCCL's header (the few declarations it needs are below,
@@ -55,7 +60,8 @@ enum { EXIT_PASS = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SKIP = 77 };
 enum {
     POOL_SLACK = 1024,  /* pool tokens past the longest call: room for offsets */
     PAGE_ALIGN = 256,   /* the page stride's multiple */
-    MAX_REPS = 1000
+    MAX_REPS = 1000,
+    MAX_GROUPS = 64     /* --groups */
 };
 
 /* ------------------------------------------------------------ options */
@@ -67,6 +73,7 @@ typedef struct options {
     int32_t chunk;           /* prompt tokens a row advances per prefill forward */
     int32_t steps;           /* decode steps after the hand-off */
     int32_t reps;            /* timed repetitions */
+    int32_t groups;          /* groups of the pipelined hand-off (1: one group) */
     uint64_t seed;
     ssm_dtype state;         /* state dtype; activations are bf16 */
     const char *json;        /* NULL: no JSON */
@@ -78,7 +85,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: nccl_handoff [CONFIG] [--requests R] [--prompt MIN:MAX] [--chunk N]\n"
             "                    [--steps N] [--reps N] [--seed S] [--state f32|bf16]\n"
-            "                    [--json FILE] [--nccl LIBRARY]\n"
+            "                    [--groups G] [--json FILE] [--nccl LIBRARY]\n"
             "  CONFIG     model INI (default examples/qwen3-next.ini); its [model] and mode\n"
             "             sections are used, device, mode, dtypes and pool are set here\n"
             "  --requests requests handed off (default 32)\n"
@@ -88,6 +95,7 @@ static void usage(FILE *f)
             "  --reps     timed repetitions, after one warm-up (default 10)\n"
             "  --seed     seed of prompts, inputs and weights (default 1)\n"
             "  --state    state dtype (default f32); activations are bf16\n"
+            "  --groups   groups of requests of the pipelined hand-off (default 4)\n"
             "  --json     also write the results as JSON to FILE\n"
             "  --nccl     NCCL library to load (default libnccl.so.2)\n"
             "exit: 0 pass, 1 mismatch or failure, 2 bad usage, 77 no two GPUs or no NCCL\n");
@@ -111,7 +119,7 @@ static int parse_option(int argc, char **argv, int *i, options *o)
 {
     static const char *const known[] = {"--requests", "--prompt", "--chunk", "--steps",
                                         "--reps",     "--seed",   "--state", "--json",
-                                        "--nccl"};
+                                        "--nccl",     "--groups"};
     const char *name = argv[*i];
     int found = 0;
     for (size_t k = 0; k < sizeof known / sizeof *known; k++)
@@ -135,6 +143,8 @@ static int parse_option(int argc, char **argv, int *i, options *o)
         o->steps = (int32_t)v;
     else if (!strcmp(name, "--reps") && (ok = parse_int(value, 1, MAX_REPS, &v)))
         o->reps = (int32_t)v;
+    else if (!strcmp(name, "--groups") && (ok = parse_int(value, 1, MAX_GROUPS, &v)))
+        o->groups = (int32_t)v;
     else if (!strcmp(name, "--seed") && (ok = parse_int(value, 0, INT64_MAX, &v)))
         o->seed = (uint64_t)v;
     else if (!strcmp(name, "--json"))
@@ -166,7 +176,7 @@ static int parse_option(int argc, char **argv, int *i, options *o)
  * after a message, or -1 after printing the help (exit 0). */
 static int parse_options(int argc, char **argv, options *o)
 {
-    *o = (options){"examples/qwen3-next.ini", 32, 64, 2048, 512, 16, 10, 1, SSM_DTYPE_F32,
+    *o = (options){"examples/qwen3-next.ini", 32, 64, 2048, 512, 16, 10, 4, 1, SSM_DTYPE_F32,
                    NULL, "libnccl.so.2"};
     int positional = 0;
     for (int i = 1; i < argc; i++) {
@@ -796,7 +806,7 @@ enum { /* on GPU 0 */ EV_PREFILL_START, EV_PREFILL_END, EV_EXPORT_START, EV_EXPO
 typedef struct timings {
     float prefill;
     float exported[MAX_REPS], sent[MAX_REPS], imported[MAX_REPS], handoff[MAX_REPS];
-    float plain[MAX_REPS];
+    float plain[MAX_REPS], pipelined[MAX_REPS];
 } timings;
 
 /* Everything the program holds; zero is "nothing yet", which close_all
@@ -818,6 +828,13 @@ typedef struct run {
     char *out_handoff, *out_ref; /* GPU 1 decode outputs */
     size_t out_bytes;
     cudaEvent_t ev[EVENTS];
+    /* The pipelined hand-off: GPU 0's export stream and GPU 1's import
+     * stream; per group, its export done (GPU 0) and its pages landed
+     * (GPU 1); its start (GPU 1's main stream) and end (GPU 1's import
+     * stream). */
+    cudaStream_t side[2];
+    cudaEvent_t exported[MAX_GROUPS], landed[MAX_GROUPS], pipe_start, pipe_end;
+    int32_t groups;              /* o.groups, at most the requests */
     timings t;
     int32_t pages_differ_at;     /* first page unequal to the reference's, or -1 */
     long long outputs_differ;    /* decode outputs unequal to the reference's */
@@ -854,26 +871,29 @@ static float elapsed(const run *r, int a, int b)
     return ms;
 }
 
-/* Waits for both GPUs' streams. */
+/* Waits for both GPUs' streams, the pipeline's too. */
 static int sync_both(run *r)
 {
     for (int i = 0; i < 2; i++)
         if (!cuda_ok(cudaSetDevice(r->g[i].device), "cudaSetDevice") ||
-            !cuda_ok(cudaStreamSynchronize(r->g[i].stream), "cudaStreamSynchronize"))
+            !cuda_ok(cudaStreamSynchronize(r->g[i].stream), "cudaStreamSynchronize") ||
+            (r->side[i] &&
+             !cuda_ok(cudaStreamSynchronize(r->side[i]), "cudaStreamSynchronize (pipeline)")))
             return 0;
     return 1;
 }
 
-/* Queues the NCCL transfer of `bytes` from GPU 0's `from` to GPU 1's `to`:
- * rank 0 sends on GPU 0's stream, rank 1 receives on GPU 1's, one group. */
-static int transfer(run *r, const void *from, void *to)
+/* Queues the NCCL transfer of `bytes` bytes from GPU 0's `from` to GPU 1's
+ * `to`: rank 0 sends on GPU 0's stream, rank 1 receives on GPU 1's, one
+ * group. */
+static int transfer(run *r, const void *from, void *to, size_t bytes)
 {
     const nccl_api *n = &r->nccl;
     if (!nccl_ok(n, n->group_start(), "ncclGroupStart"))
         return 0;
-    int ok = nccl_ok(n, n->send(from, r->bytes, ncclUint8, 1, r->comm[0], r->g[0].stream),
+    int ok = nccl_ok(n, n->send(from, bytes, ncclUint8, 1, r->comm[0], r->g[0].stream),
                      "ncclSend") &&
-             nccl_ok(n, n->recv(to, r->bytes, ncclUint8, 0, r->comm[1], r->g[1].stream),
+             nccl_ok(n, n->recv(to, bytes, ncclUint8, 0, r->comm[1], r->g[1].stream),
                      "ncclRecv");
     return nccl_ok(n, n->group_end(), "ncclGroupEnd") && ok;
 }
@@ -893,7 +913,7 @@ static int handoff_enqueue(run *r)
         !ssm_ok(ssm_slots_export_pages_device(r->native.ctx, r->o.requests, r->native.slot,
                                               g0->pages, r->stride, g0->stream),
                 "ssm_slots_export_pages_device") ||
-        !record(r, EV_EXPORT_END) || !transfer(r, g0->pages, g1->pages) ||
+        !record(r, EV_EXPORT_END) || !transfer(r, g0->pages, g1->pages, r->bytes) ||
         !record(r, EV_RECEIVED))
         return 0;
     return ssm_ok(ssm_slots_import_pages_device(r->handoff.ctx, r->o.requests, r->handoff.slot,
@@ -945,11 +965,131 @@ static int handoff_round(run *r, int rep)
 static int plain_round(run *r, int rep)
 {
     if (!record(r, EV_PLAIN_START) || !gpu0_waits(r, EV_PLAIN_START) ||
-        !transfer(r, r->g[0].pages, r->ref_pages) || !record(r, EV_PLAIN_END) || !sync_both(r))
+        !transfer(r, r->g[0].pages, r->ref_pages, r->bytes) || !record(r, EV_PLAIN_END) ||
+        !sync_both(r))
         return 0;
     if (rep >= 0)
         r->t.plain[rep] = elapsed(r, EV_PLAIN_START, EV_PLAIN_END);
     return 1;
+}
+
+/* Makes stream s (of the current device) wait for event e. */
+static int waits(cudaStream_t s, cudaEvent_t e)
+{
+    return cuda_ok(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
+}
+
+/* Group j of the pipelined hand-off: its first request and how many. */
+static void group_of(const run *r, int32_t j, int32_t *first, int32_t *count)
+{
+    int32_t per = (r->o.requests + r->groups - 1) / r->groups;
+    *first = j * per;
+    *count = r->o.requests - *first < per ? r->o.requests - *first : per;
+}
+
+/* Group j through the pipeline: export on GPU 0's export stream, the send
+ * on GPU 0's stream once it is done (the receive on GPU 1's), the import on
+ * GPU 1's import stream once the pages have landed. */
+static int pipeline_group(run *r, int32_t j)
+{
+    gpu *g0 = &r->g[0], *g1 = &r->g[1];
+    int32_t first, count;
+    group_of(r, j, &first, &count);
+    if (count <= 0)
+        return 1;
+    size_t at = (size_t)first * r->stride, bytes = (size_t)count * r->stride;
+    char *from = (char *)g0->pages + at, *to = (char *)g1->pages + at;
+    if (!cuda_ok(cudaSetDevice(g0->device), "cudaSetDevice") ||
+        !ssm_ok(ssm_slots_export_pages_device(r->native.ctx, count, r->native.slot + first, from,
+                                              r->stride, r->side[0]),
+                "ssm_slots_export_pages_device (pipelined)") ||
+        !cuda_ok(cudaEventRecord(r->exported[j], r->side[0]), "cudaEventRecord") ||
+        !waits(g0->stream, r->exported[j]) || !transfer(r, from, to, bytes) ||
+        !cuda_ok(cudaSetDevice(g1->device), "cudaSetDevice") ||
+        !cuda_ok(cudaEventRecord(r->landed[j], g1->stream), "cudaEventRecord") ||
+        !waits(r->side[1], r->landed[j]))
+        return 0;
+    return ssm_ok(ssm_slots_import_pages_device(r->handoff.ctx, count, r->handoff.slot + first,
+                                                to, r->stride, r->d_status + first, r->side[1]),
+                  "ssm_slots_import_pages_device (pipelined)");
+}
+
+/* Queues the pipelined hand-off: GPU 1 clears the statuses and marks the
+ * start, both side streams wait for it, then every group; GPU 1's import
+ * stream marks the end. */
+static int pipelined_enqueue(run *r)
+{
+    gpu *g1 = &r->g[1];
+    if (!cuda_ok(cudaSetDevice(g1->device), "cudaSetDevice") ||
+        !cuda_ok(cudaMemsetAsync(r->d_status, 0x7F, sizeof(int32_t) * (size_t)r->o.requests,
+                                 g1->stream),
+                 "cudaMemsetAsync") ||
+        !cuda_ok(cudaEventRecord(r->pipe_start, g1->stream), "cudaEventRecord") ||
+        !waits(r->side[1], r->pipe_start) ||
+        !cuda_ok(cudaSetDevice(r->g[0].device), "cudaSetDevice") ||
+        !waits(r->side[0], r->pipe_start))
+        return 0;
+    for (int32_t j = 0; j < r->groups; j++)
+        if (!pipeline_group(r, j))
+            return 0;
+    return cuda_ok(cudaSetDevice(g1->device), "cudaSetDevice") &&
+           cuda_ok(cudaEventRecord(r->pipe_end, r->side[1]), "cudaEventRecord");
+}
+
+/* One pipelined hand-off, waited for and checked; its time goes to
+ * repetition `rep` (-1: not kept). */
+static int pipelined_round(run *r, int rep)
+{
+    if (!pipelined_enqueue(r) || !sync_both(r) || !statuses_accepted(r))
+        return 0;
+    if (rep >= 0)
+        cuda_ok(cudaEventElapsedTime(&r->t.pipelined[rep], r->pipe_start, r->pipe_end),
+                "cudaEventElapsedTime");
+    return 1;
+}
+
+/* The pipeline's streams and events: 1 on success. */
+static int pipeline_open(run *r)
+{
+    r->groups = r->o.groups < r->o.requests ? r->o.groups : r->o.requests;
+    for (int i = 0; i < 2; i++) {
+        if (!cuda_ok(cudaSetDevice(r->g[i].device), "cudaSetDevice") ||
+            !cuda_ok(cudaStreamCreateWithFlags(&r->side[i], cudaStreamNonBlocking),
+                     "cudaStreamCreate"))
+            return 0;
+        for (int32_t j = 0; j < r->groups; j++)
+            if (!cuda_ok(cudaEventCreateWithFlags(i ? &r->landed[j] : &r->exported[j],
+                                                  cudaEventDisableTiming),
+                         "cudaEventCreate"))
+                return 0;
+    }
+    return cuda_ok(cudaEventCreate(&r->pipe_start), "cudaEventCreate") &&
+           cuda_ok(cudaEventCreate(&r->pipe_end), "cudaEventCreate");
+}
+
+/* Releases what pipeline_open made (any part of it). */
+static void pipeline_close(run *r)
+{
+    for (int i = 0; i < 2; i++) {
+        if (cudaSetDevice(r->g[i].device) != cudaSuccess)
+            continue;
+        for (int32_t j = 0; j < MAX_GROUPS; j++) {
+            cudaEvent_t *e = i ? &r->landed[j] : &r->exported[j];
+            if (*e)
+                cudaEventDestroy(*e);
+            *e = NULL;
+        }
+        if (i == 1 && r->pipe_start)
+            cudaEventDestroy(r->pipe_start);
+        if (i == 1 && r->pipe_end)
+            cudaEventDestroy(r->pipe_end);
+        if (r->side[i]) {
+            cudaStreamSynchronize(r->side[i]);
+            cudaStreamDestroy(r->side[i]);
+        }
+        r->side[i] = NULL;
+    }
+    r->pipe_start = r->pipe_end = NULL;
 }
 
 /* ------------------------------------------------------------ checks */
@@ -1038,8 +1178,8 @@ static float median(float *v, int n)
 
 /* The medians the report prints. */
 typedef struct summary {
-    float exported, sent, imported, handoff, plain;
-    double handoff_gbps, plain_gbps;
+    float exported, sent, imported, handoff, plain, pipelined;
+    double handoff_gbps, plain_gbps, pipelined_gbps;
 } summary;
 
 static double gbps(size_t bytes, float ms)
@@ -1050,10 +1190,14 @@ static double gbps(size_t bytes, float ms)
 static summary summarize(run *r)
 {
     int n = r->o.reps;
-    summary s = {median(r->t.exported, n), median(r->t.sent, n), median(r->t.imported, n),
-                 median(r->t.handoff, n), median(r->t.plain, n), 0, 0};
+    summary s = {median(r->t.exported, n),  median(r->t.sent, n),  median(r->t.imported, n),
+                 median(r->t.handoff, n),   median(r->t.plain, n), median(r->t.pipelined, n),
+                 0,
+                 0,
+                 0};
     s.handoff_gbps = gbps(r->bytes, s.handoff);
     s.plain_gbps = gbps(r->bytes, s.plain);
+    s.pipelined_gbps = gbps(r->bytes, s.pipelined);
     return s;
 }
 
@@ -1083,10 +1227,16 @@ static void print_report(const run *r, const summary *s, int passed)
     printf("%-34s %10.3f %14.4f\n", "import (GPU 1)", s->imported, s->imported * per);
     printf("%-34s %10.3f %14.4f %8.1f\n", "hand-off (export+send/recv+import)", s->handoff,
            s->handoff * per, s->handoff_gbps);
+    char pipelined[64];
+    snprintf(pipelined, sizeof pipelined, "hand-off, pipelined in %d groups", (int)r->groups);
+    printf("%-34s %10.3f %14.4f %8.1f\n", pipelined, s->pipelined, s->pipelined * per,
+           s->pipelined_gbps);
     printf("%-34s %10.3f %14.4f %8.1f\n", "plain ncclSend/ncclRecv", s->plain, s->plain * per,
            s->plain_gbps);
-    printf("%-34s %10.3f\n\n", "hand-off / plain bandwidth",
+    printf("%-34s %10.3f\n", "hand-off / plain bandwidth",
            s->plain_gbps > 0 ? s->handoff_gbps / s->plain_gbps : 0.0);
+    printf("%-34s %10.3f\n\n", "pipelined / plain bandwidth",
+           s->plain_gbps > 0 ? s->pipelined_gbps / s->plain_gbps : 0.0);
     printf("check: %d pages accepted; pages %s the reference's; %d x %d x %d decode outputs: "
            "%lld differ\n",
            (int)o->requests, r->pages_differ_at < 0 ? "equal" : "differ from",
@@ -1141,6 +1291,11 @@ static int write_json(const run *r, const summary *s, int passed)
             r->page_bytes, r->stride, r->bytes, r->t.prefill, s->exported, s->sent, s->imported,
             s->handoff, (double)s->handoff / o->requests, s->handoff_gbps, s->plain, s->plain_gbps,
             s->plain_gbps > 0 ? s->handoff_gbps / s->plain_gbps : 0.0);
+    fprintf(f,
+            "  \"groups\": %d, \"pipelined_ms\": %.4f, \"pipelined_ms_per_request\": %.5f, "
+            "\"pipelined_gbps\": %.3f, \"pipelined_ratio\": %.4f,\n",
+            (int)r->groups, s->pipelined, (double)s->pipelined / o->requests, s->pipelined_gbps,
+            s->plain_gbps > 0 ? s->pipelined_gbps / s->plain_gbps : 0.0);
     fprintf(f, "  \"pages_equal\": %s, \"outputs_differ\": %lld, \"pass\": %s\n}\n",
             r->pages_differ_at < 0 ? "true" : "false", r->outputs_differ,
             passed ? "true" : "false");
@@ -1217,12 +1372,15 @@ static int setup(run *r)
         if (!cuda_ok(cudaSetDevice(event_device(e)), "cudaSetDevice") ||
             !cuda_ok(cudaEventCreate(&r->ev[e]), "cudaEventCreate"))
             return 0;
+    if (!pipeline_open(r))
+        return 0;
     return nccl_ok(&r->nccl, r->nccl.comm_init_all(r->comm, 2, devices), "ncclCommInitAll");
 }
 
 /* Steps 1 to 3: GPU 0 prefills; a warm-up round and the timed rounds of
- * hand-off and plain transfer (each hand-off re-imports the same pages);
- * GPU 1 decodes the hand-off context. 1 on success. */
+ * hand-off, plain transfer and pipelined hand-off (each hand-off re-imports
+ * the same pages; the pipelined one is last, so the decode and the checks
+ * run on its import); GPU 1 decodes the hand-off context. 1 on success. */
 static int handoff_run(run *r)
 {
     fprintf(stderr, "nccl_handoff: prefill on GPU 0...\n");
@@ -1231,10 +1389,10 @@ static int handoff_run(run *r)
         return 0;
     r->t.prefill = elapsed(r, EV_PREFILL_START, EV_PREFILL_END);
     fprintf(stderr, "nccl_handoff: hand-off, %d rounds...\n", (int)r->o.reps + 1);
-    if (!handoff_round(r, -1) || !plain_round(r, -1))
+    if (!handoff_round(r, -1) || !plain_round(r, -1) || !pipelined_round(r, -1))
         return 0;
     for (int rep = 0; rep < r->o.reps; rep++)
-        if (!handoff_round(r, rep) || !plain_round(r, rep))
+        if (!handoff_round(r, rep) || !plain_round(r, rep) || !pipelined_round(r, rep))
             return 0;
     fprintf(stderr, "nccl_handoff: decode on GPU 1...\n");
     return lane_decode(&r->handoff, &r->p, &r->h, &r->m, r->out_handoff) && sync_both(r) &&
@@ -1269,6 +1427,7 @@ static void close_all(run *r)
     for (int e = 0; e < EVENTS; e++)
         if (r->ev[e] && cudaSetDevice(event_device(e)) == cudaSuccess)
             cudaEventDestroy(r->ev[e]);
+    pipeline_close(r);
     device_free(1, r->ref_pages);
     device_free(1, r->d_status);
     device_free(1, r->out_handoff);
