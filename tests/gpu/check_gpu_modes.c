@@ -49,6 +49,9 @@
  *    calls (issue 5), exports compared after every call, then decodes and
  *    verifies from there; every mode, Qwen3-Next's head shape with an fp32
  *    state and KDA with the lower bound with a bf16 state.
+ * 6. another mode's section: as 1 for native and compact, every config with
+ *    a [replay] section, so each context's creation loads the replay plugin
+ *    to check it and closes it before the context's first kernel.
  * Any non-finite output or state where a finite one is expected fails.
  *
  * A plain program for Automake's plain driver (tests/gpu/gpu_modes.gpu): one
@@ -464,11 +467,11 @@ static const ssm_dtype dtypes[][2] = {
 #define DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 static const variant variants[] = {
-    {"native", 0, 0},
-    {"compact", 0, 0},
-    {"replay", 0, 0}, /* outputs = exact (the default), decode keeps the ring */
-    {"replay", 0, 1}, /* exact, decodes fold every step (the default at few rows) */
-    {"replay", 1, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
+    {"native", 0, 0, 0},
+    {"compact", 0, 0, 0},
+    {"replay", 0, 0, 0}, /* outputs = exact (the default), decode keeps the ring */
+    {"replay", 0, 1, 0}, /* exact, decodes fold every step (the default at few rows) */
+    {"replay", 1, 0, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
@@ -507,6 +510,15 @@ int main(void)
                 int ok = case_modes(&su, variants[k], salt++, desc, sizeof desc);
                 report(&t, ok, desc);
             }
+    /* The other modes' configs with a [replay] section: the replay plugin
+       loaded and closed by each context's creation, before its first
+       kernel (serve-tiny.ini's case; docs/abi.md, "Loading", step 5). */
+    for (int k = 0; k < 2; k++) {
+        variant v = variants[k];
+        v.replay_section = 1;
+        setup su = {shapes[0], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+        report(&t, case_modes(&su, v, salt++, desc, sizeof desc), desc);
+    }
     /* Long prompts: each mode on Qwen3-Next's head shape (fp32 state) and
      * on KDA with the lower bound (bf16 state). */
     for (int k = 0; k < VARIANTS - 1; k++) {

@@ -42,8 +42,9 @@ void *world_stream(const world *w, int s)
 }
 
 /* Creates side s: a context of `mode` on the CPU or CUDA device 0, replay
- * with history 8 (and outputs = identity when the variant asks), and its
- * lanes acquired in order, plus a spare slot when `spare`. */
+ * with history 8 (and outputs = identity when the variant asks; the other
+ * modes get that [replay] section too when it asks for replay_section), and
+ * its lanes acquired in order, plus a spare slot when `spare`. */
 static int side_open(world *w, int s, const char *name, const char *mode, int cuda, int spare)
 {
     side *sd = &w->side[s];
@@ -54,7 +55,7 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
     test_config(&c, &w->m, mode, w->sd, w->ad, CAPACITY, T_MAX - 1);
     if (cuda)
         c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
-    if (!strcmp(mode, "replay")) {
+    if (!strcmp(mode, "replay") || w->v.replay_section) {
         int32_t n = 0;
         sd->options[n++] = (ssm_mode_option){"history", HISTORY, 0};
         if (w->v.identity)
@@ -84,7 +85,8 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
 static void world_describe(world *w, const char *what)
 {
     snprintf(w->desc, sizeof w->desc,
-             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s mode=%s%s%s%s", what,
+             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s mode=%s%s%s%s%s",
+             what,
              ssm_model_kind_name(w->m.kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
              w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
              ssm_dtype_name(w->sd), ssm_dtype_name(w->ad), w->v.mode,
@@ -94,7 +96,8 @@ static void world_describe(world *w, const char *what)
                                          : " outputs=exact",
              strcmp(w->v.mode, "replay") ? ""
              : w->v.fold_every_step      ? " fold_rows=default"
-                                         : " fold_rows=0");
+                                         : " fold_rows=0",
+             w->v.replay_section && strcmp(w->v.mode, "replay") ? " with a [replay] section" : "");
 }
 
 /* The shared part of opening: seed, shape, stream, weights on both sides. */

@@ -39,6 +39,10 @@ typedef struct variant {
     const char *mode;
     int identity;
     int fold_every_step;
+    /* Every side's config has the [replay] section, so creating a native or
+     * compact context loads the replay plugin to check it and closes it
+     * again before the context's first kernel (docs/abi.md, "Loading"). */
+    int replay_section;
 } variant;
 
 typedef struct setup {
