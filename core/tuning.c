@@ -34,6 +34,15 @@ static int has_failed(const tuning_entry *e, const char *name)
     return 0;
 }
 
+/* 1 when every candidate of f is recorded as failed in e: nothing to time. */
+static int all_failed(const ssm_tune_family_v1 *f, const tuning_entry *e)
+{
+    for (int32_t c = 0; c < f->candidates; c++)
+        if (!has_failed(e, f->names[c]))
+            return 0;
+    return 1;
+}
+
 static void record_failure(tuning_entry *e, const char *name, const char *why)
 {
     if (e->failed_count >= TUNING_MAX_FAILED || has_failed(e, name))
@@ -139,6 +148,7 @@ ssm_status tuning_run_pass(tuning_pass *p, tuning_cache *cache)
     memset(p->layout, 0, sizeof p->layout);
     memset(&p->report, 0, sizeof p->report);
     p->changed = 0;
+    int32_t changes = cache->changes;
     const ssm_tune_family_v1 *families = NULL;
     int32_t count = 0;
     if (p->runner && p->runner->space) {
@@ -181,6 +191,13 @@ ssm_status tuning_run_pass(tuning_pass *p, tuning_cache *cache)
             e.choice[0] = '\0';
             e.ms = 0;
             int32_t best = -1;
+            if (all_failed(f, &e)) {
+                /* Nothing left to time: no scratch, and the entry stays. */
+                p->report.skipped_failed += f->candidates;
+                p->report.untuned++;
+                status = tuning_cache_put(cache, &e);
+                continue;
+            }
             if (begun != b) {
                 if (begun >= 0)
                     p->runner->end(p->runner->user);
@@ -206,9 +223,9 @@ ssm_status tuning_run_pass(tuning_pass *p, tuning_cache *cache)
                 p->report.untuned++;
             }
             status = tuning_cache_put(cache, &e);
-            p->changed = 1;
         }
     }
+    p->changed = cache->changes != changes;
     if (begun >= 0)
         p->runner->end(p->runner->user);
     if (status != SSM_OK)

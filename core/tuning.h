@@ -43,7 +43,9 @@ typedef struct tuning_pass {
     int32_t choice_count;
     uint8_t layout[SSM_TUNE_BUCKETS];
     ssm_tune_report report;
-    int changed;             /* the cache gained or changed entries */
+    int changed;             /* the cache gained or changed entries (tuning_cache_put
+                                changed something: an entry timed again to the same
+                                result is no change) */
 } tuning_pass;
 
 /* Runs a pass against `cache` (entries are added or updated in memory;

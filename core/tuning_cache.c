@@ -1,5 +1,6 @@
-/* The tuning cache file: format, parse, lookup, atomic save
- * (core/tuning_cache.h; the format is specified in docs/tuning.md).
+/* The tuning cache file: format, parse, lookup, atomic saves under a lock,
+ * the merge of a pass's save (core/tuning_cache.h; the format, the lock and
+ * the merge rule are specified in docs/tuning.md).
  *
  * A line is `entry` followed by space-separated name=value fields. Values
  * are percent-encoded: any byte outside [A-Za-z0-9._:/,()*+-] is %XX, so a
@@ -7,10 +8,13 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/tuning_cache.h"
@@ -339,14 +343,23 @@ tuning_entry *tuning_cache_find(const tuning_cache *cache, const tuning_key *key
     return NULL;
 }
 
+int tuning_entry_same(const tuning_entry *a, const tuning_entry *b)
+{
+    if (!tuning_key_equal(&a->key, &b->key) || strcmp(a->choice, b->choice) || a->ms != b->ms ||
+        a->failed_count != b->failed_count)
+        return 0;
+    for (int32_t i = 0; i < a->failed_count; i++)
+        if (strcmp(a->failed[i], b->failed[i]) || strcmp(a->why[i], b->why[i]))
+            return 0;
+    return 1;
+}
+
 ssm_status tuning_cache_put(tuning_cache *cache, const tuning_entry *e)
 {
     tuning_entry *found = tuning_cache_find(cache, &e->key);
-    if (found) {
-        *found = *e;
+    if (found && tuning_entry_same(found, e))
         return SSM_OK;
-    }
-    if (cache->count == cache->capacity) {
+    if (!found && cache->count == cache->capacity) {
         int32_t capacity = cache->capacity ? 2 * cache->capacity : 16;
         tuning_entry *grown = ssm_realloc(cache->entries, (size_t)capacity * sizeof *grown);
         if (!grown)
@@ -354,7 +367,11 @@ ssm_status tuning_cache_put(tuning_cache *cache, const tuning_entry *e)
         cache->entries = grown;
         cache->capacity = capacity;
     }
-    cache->entries[cache->count++] = *e;
+    if (!found)
+        found = &cache->entries[cache->count++];
+    *found = *e;
+    found->changed = 1;
+    cache->changes++;
     return SSM_OK;
 }
 
@@ -366,7 +383,9 @@ void tuning_cache_free(tuning_cache *cache)
 
 /* ------------------------------------------------------------- the file */
 
-ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing)
+/* tuning_cache_load, its warnings logged at `level` (the merge's re-read
+ * logs at 2: the pass's own load has warned about the same lines). */
+static ssm_status load_file(const char *path, tuning_cache *cache, int *missing, int level)
 {
     tuning_cache_free(cache);
     *missing = 0;
@@ -392,7 +411,7 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
             int c;
             while ((c = fgetc(file)) != EOF && c != '\n')
                 ;
-            ssm_log(1, "tuning cache %s:%d: line too long, ignored", path, (int)number);
+            ssm_log(level, "tuning cache %s:%d: line too long, ignored", path, (int)number);
             cache->skipped_lines++;
             continue;
         }
@@ -405,7 +424,7 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
             char tail;
             if (sscanf(line, TUNING_CACHE_MAGIC " %d%c", &version, &tail) != 1 ||
                 version != TUNING_CACHE_VERSION) {
-                ssm_log(1,
+                ssm_log(level,
                         "tuning cache %s: not a cache of format version %d (first line '%.60s'); "
                         "ignored",
                         path, TUNING_CACHE_VERSION, line);
@@ -418,7 +437,7 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
         tuning_entry e;
         char why[96];
         if (tuning_entry_parse(line, &e, why, sizeof why) != SSM_OK) {
-            ssm_log(1, "tuning cache %s:%d: %s; line ignored", path, (int)number, why);
+            ssm_log(level, "tuning cache %s:%d: %s; line ignored", path, (int)number, why);
             cache->skipped_lines++;
             continue;
         }
@@ -427,10 +446,21 @@ ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing
     fclose(file);
     if (status != SSM_OK)
         tuning_cache_free(cache);
+    for (int32_t i = 0; i < cache->count; i++)
+        cache->entries[i].changed = 0;
+    cache->changes = 0;
     return status;
 }
 
-ssm_status tuning_cache_save(const char *path, const tuning_cache *cache)
+ssm_status tuning_cache_load(const char *path, tuning_cache *cache, int *missing)
+{
+    return load_file(path, cache, missing, 1);
+}
+
+/* Writes `cache` to `path` through a temporary renamed over it (the lock,
+ * if any, is the caller's). SSM_ERR_CONFIG with the reason on failure, the
+ * old file untouched and the temporary removed. */
+static ssm_status write_file(const char *path, const tuning_cache *cache)
 {
     /* PATH.tmp.<pid>.<n>: unique across processes (pid) and across the
      * contexts of one process that save at once (n), opened exclusively so
@@ -483,5 +513,126 @@ ssm_status tuning_cache_save(const char *path, const tuning_cache *cache)
                                strerror(saved_errno ? saved_errno : EIO));
     }
     ssm_free(temporary);
+    return status;
+}
+
+/* ------------------------------------------------------------ the lock */
+
+int32_t tuning_cache_lock_wait_ms = 10000;
+
+/* PATH.lock, malloc'ed; NULL when out of memory. */
+static char *lock_path(const char *path)
+{
+    size_t len = strlen(path) + sizeof ".lock";
+    char *lock = ssm_malloc(len);
+    if (lock)
+        snprintf(lock, len, "%s.lock", path);
+    return lock;
+}
+
+/* Opens the lock file, creating it (a file another user owns is opened for
+ * reading: flock needs no write access). The descriptor, or -1 with errno. */
+static int open_lock(const char *lock)
+{
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+        fd = open(lock, O_RDONLY | O_CLOEXEC);
+    return fd;
+}
+
+/* Takes flock(LOCK_EX) on fd, polling every millisecond for at most
+ * tuning_cache_lock_wait_ms. 1 when held; 0 with errno (EWOULDBLOCK when
+ * the wait ran out). */
+static int take_lock(int fd)
+{
+    struct timespec start, now, tick = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return 1;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited_ms = (double)(now.tv_sec - start.tv_sec) * 1e3 +
+                           (double)(now.tv_nsec - start.tv_nsec) / 1e6;
+        if (waited_ms >= tuning_cache_lock_wait_ms) {
+            errno = EWOULDBLOCK;
+            return 0;
+        }
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* The lock of the cache at `path`: a descriptor holding flock(LOCK_EX) on
+ * PATH.lock, or -1 after a warning (the save then goes on without it, as
+ * saves did before there was a lock). Never fails otherwise. */
+static int lock_cache(const char *path)
+{
+    char *lock = lock_path(path);
+    if (!lock) {
+        ssm_log(1, "tuning cache %s: out of memory for its lock; saving without it", path);
+        return -1;
+    }
+    int fd = open_lock(lock);
+    if (fd >= 0 && !take_lock(fd)) {
+        int saved_errno = errno;
+        close(fd);
+        fd = -1;
+        errno = saved_errno;
+    }
+    if (fd < 0)
+        ssm_log(1, "tuning cache %s: cannot lock %s: %s; saving without the lock", path, lock,
+                errno == EWOULDBLOCK ? "another process held it too long" : strerror(errno));
+    ssm_free(lock);
+    return fd;
+}
+
+/* Releases lock_cache's lock (closing the descriptor drops it); -1: none. */
+static void unlock_cache(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+/* ------------------------------------------------------------ the saves */
+
+ssm_status tuning_cache_save(const char *path, const tuning_cache *cache)
+{
+    int fd = lock_cache(path);
+    ssm_status status = write_file(path, cache);
+    unlock_cache(fd);
+    return status;
+}
+
+/* *merged (empty on entry) = the file at `path` as it is now, merged with
+ * `mine` as tuning_cache_merge_save says. On error *merged is freed. */
+static ssm_status merge_with_file(const char *path, const tuning_cache *mine,
+                                  tuning_cache *merged)
+{
+    int missing = 0;
+    ssm_status status = load_file(path, merged, &missing, 2);
+    for (int32_t i = 0; status == SSM_OK && i < mine->count; i++) {
+        const tuning_entry *e = &mine->entries[i];
+        if (e->changed || !tuning_cache_find(merged, &e->key))
+            status = tuning_cache_put(merged, e);
+    }
+    if (status != SSM_OK)
+        tuning_cache_free(merged);
+    return status;
+}
+
+ssm_status tuning_cache_merge_save(const char *path, const tuning_cache *cache)
+{
+    int fd = lock_cache(path);
+    tuning_cache merged = {0};
+    const tuning_cache *out = &merged;
+    if (merge_with_file(path, cache, &merged) != SSM_OK) {
+        ssm_log(1, "tuning cache %s: %s; saving this process's entries only", path,
+                ssm_last_error());
+        out = cache;
+    }
+    ssm_status status = write_file(path, out);
+    tuning_cache_free(&merged);
+    unlock_cache(fd);
     return status;
 }

@@ -1,6 +1,7 @@
 /* Tuning and the context (core/tuning.h, docs/tuning.md): a pass at creation
- * and at ssm_tune, never in a step; the cache file loaded, updated and saved
- * around it; the choices installed in the plugin and the update layouts
+ * and at ssm_tune, never in a step; the cache file loaded, updated and, when
+ * the pass changed it, merged into the file as it is then and saved around
+ * it; the choices installed in the plugin and the update layouts
  * kept for the verifies' tickets. */
 #include <errno.h>
 #include <stdio.h>
@@ -164,7 +165,7 @@ static ssm_status run_pass(ssm_ctx *ctx, void *stream)
         return status;
     }
     if (pass.changed && c->tuning.mode == SSM_TUNING_TUNE) {
-        if (tuning_cache_save(c->tuning.cache, &cache) == SSM_OK)
+        if (tuning_cache_merge_save(c->tuning.cache, &cache) == SSM_OK)
             pass.report.saved = 1;
         else
             ssm_log(1, "tuning: %s; the choices hold for this context only", ssm_last_error());

@@ -5,7 +5,10 @@
  *    saved file; keys that differ in any one field do not match; files of
  *    another version, not a cache, with corrupt or unknown lines, or with
  *    an endless line are read without a crash (bad lines skipped); saves are
- *    atomic (no temporary left, a failed save leaves the old file).
+ *    atomic (no temporary left, a failed save leaves the old file); a put
+ *    marks only real changes; merged saves keep every process's entries
+ *    under the lock on PATH.lock, and go on without it (a warning) when it
+ *    is held too long or cannot be created, or out of memory.
  * 2. passes with a fake candidate runner: the fastest candidate chosen, a
  *    candidate that fails recorded with its reason and never run again, an
  *    out-of-memory scratch recorded for every candidate, mode cached reads
@@ -16,7 +19,9 @@
  *    written); through the test hook a CPU context tunes at creation and
  *    at ssm_tune, saves the cache, installs the choices, and ssm_tune is
  *    refused while a forward is open; mode tune with a cache that cannot be
- *    written is a config error.
+ *    written is a config error; a context that finds everything cached does
+ *    not rewrite the file; three processes tuning one file at once lose no
+ *    entry.
  * 5. the ticket's layout: the probe mode (tests/plugins/layout_probe.c)
  *    shows every verify of a forward and its commit run the layout chosen
  *    for the forward's bucket when it opened, two forwards of different
@@ -25,10 +30,14 @@
  *    environment variable, and a mode without SSM_CAP_LAYOUTS gets 0. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/tuning.h"
@@ -369,7 +378,7 @@ START_TEST(test_atomic_save)
     EXPECT(tuning_cache_put(&cache, &e), SSM_OK);
     write_text(path, "old contents\n");
     EXPECT(tuning_cache_save(path, &cache), SSM_OK);
-    ck_assert_int_eq(files_in(dir), 1);
+    ck_assert_int_eq(files_in(dir), 2); /* a.cache and its lock, a.cache.lock */
     char *text = read_text(path);
     ck_assert_ptr_nonnull(strstr(text, TUNING_CACHE_MAGIC " 1\n"));
     ck_assert_ptr_null(strstr(text, "old contents"));
@@ -382,7 +391,7 @@ START_TEST(test_atomic_save)
     write_text(inside, "keep\n");
     EXPECT(tuning_cache_save(blocked, &cache), SSM_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(ssm_last_error(), "blocked"));
-    ck_assert_int_eq(files_in(dir), 2); /* a.cache and blocked/ */
+    ck_assert_int_eq(files_in(dir), 4); /* a.cache, blocked/ and their locks */
     text = read_text(inside);
     ck_assert_str_eq(text, "keep\n");
     free(text);
@@ -405,7 +414,7 @@ START_TEST(test_atomic_save)
     ck_assert_int_gt((int)strlen(big), TUNING_LINE_MAX);
     EXPECT(tuning_cache_put(&cache, &wide), SSM_OK);
     EXPECT(tuning_cache_save(path, &cache), SSM_OK);
-    ck_assert_int_eq(files_in(dir), 1);
+    ck_assert_int_eq(files_in(dir), 3); /* no temporary */
     tuning_cache back = {0};
     int missing = 0;
     EXPECT(tuning_cache_load(path, &back, &missing), SSM_OK);
@@ -418,6 +427,261 @@ START_TEST(test_atomic_save)
     EXPECT(tuning_cache_save(nowhere, &cache), SSM_ERR_CONFIG);
     free(nowhere);
     tuning_cache_free(&cache);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* An entry of the fake device told apart by its layer count. */
+static tuning_entry numbered_entry(int32_t layers, const char *choice)
+{
+    tuning_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = context_key("native", SSM_TUNE_VERIFY, 0);
+    e.key.layers = layers;
+    snprintf(e.choice, sizeof e.choice, "%s", choice);
+    e.ms = 1.5;
+    return e;
+}
+
+/* The choice of numbered entry `layers` in the file at path, or NULL when
+ * the file lacks it; *count = the file's entries. */
+static const char *file_choice(const char *path, int32_t layers, int32_t *count)
+{
+    static char choice[TUNING_NAME_LEN];
+    tuning_cache back = {0};
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &back, &missing), SSM_OK);
+    tuning_entry probe = numbered_entry(layers, "");
+    const tuning_entry *e = tuning_cache_find(&back, &probe.key);
+    if (e)
+        snprintf(choice, sizeof choice, "%s", e->choice);
+    *count = back.count;
+    tuning_cache_free(&back);
+    return e ? choice : NULL;
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A put marks what it adds or changes; putting an entry the same as the
+ * one there is no change; a load starts with nothing changed. */
+START_TEST(test_put_marks_changes)
+{
+    tuning_cache cache = {0};
+    tuning_entry a = numbered_entry(1, "fast");
+    EXPECT(tuning_cache_put(&cache, &a), SSM_OK);
+    ck_assert_int_eq(cache.changes, 1);
+    ck_assert(cache.entries[0].changed);
+    EXPECT(tuning_cache_put(&cache, &a), SSM_OK);
+    ck_assert_int_eq(cache.changes, 1);
+    a.changed = 0; /* not part of the comparison */
+    ck_assert(tuning_entry_same(&a, &cache.entries[0]));
+    a.ms = 2.5;
+    ck_assert(!tuning_entry_same(&a, &cache.entries[0]));
+    EXPECT(tuning_cache_put(&cache, &a), SSM_OK);
+    ck_assert_int_eq(cache.changes, 2);
+    ck_assert_int_eq(cache.count, 1);
+    a.failed_count = 1;
+    snprintf(a.failed[0], TUNING_NAME_LEN, "slow");
+    snprintf(a.why[0], TUNING_WHY_LEN, "x");
+    ck_assert(!tuning_entry_same(&a, &cache.entries[0]));
+    char *dir = temp_dir(), *path = path_in(dir, "p.cache");
+    EXPECT(tuning_cache_save(path, &cache), SSM_OK);
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &cache, &missing), SSM_OK);
+    ck_assert_int_eq(cache.changes, 0);
+    ck_assert(!cache.entries[0].changed);
+    tuning_cache_free(&cache);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* Issue 8's lost entries: two processes' caches saved one after the other
+ * keep both; a changed entry wins over the file's, an unchanged one (as
+ * loaded) never reverts the file's newer result. */
+START_TEST(test_merged_saves_keep_every_entry)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "m.cache");
+    tuning_entry a = numbered_entry(1, "fast"), b = numbered_entry(2, "fast"),
+                 c = numbered_entry(3, "fast");
+    tuning_cache one = {0}, two = {0};
+    EXPECT(tuning_cache_put(&one, &a), SSM_OK);
+    EXPECT(tuning_cache_put(&two, &b), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &one), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &two), SSM_OK);
+    int32_t count = 0;
+    ck_assert_str_eq(file_choice(path, 1, &count), "fast");
+    ck_assert_str_eq(file_choice(path, 2, &count), "fast");
+    ck_assert_int_eq(count, 2);
+    /* The saves left the caches as they were. */
+    ck_assert_int_eq(one.count, 1);
+    ck_assert_int_eq(one.changes, 1);
+    ck_assert(tuning_entry_same(&one.entries[0], &a));
+
+    /* Both load the file; one re-times a, two adds c still holding the
+     * old a: a's new result stays. */
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &one, &missing), SSM_OK);
+    EXPECT(tuning_cache_load(path, &two, &missing), SSM_OK);
+    snprintf(a.choice, sizeof a.choice, "slow");
+    EXPECT(tuning_cache_put(&one, &a), SSM_OK);
+    EXPECT(tuning_cache_put(&two, &c), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &one), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &two), SSM_OK);
+    ck_assert_str_eq(file_choice(path, 1, &count), "slow");
+    ck_assert_str_eq(file_choice(path, 2, &count), "fast");
+    ck_assert_str_eq(file_choice(path, 3, &count), "fast");
+    ck_assert_int_eq(count, 3);
+    /* The same key changed here: this save's entry wins. */
+    snprintf(a.choice, sizeof a.choice, "auto");
+    EXPECT(tuning_cache_put(&two, &a), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &two), SSM_OK);
+    ck_assert_str_eq(file_choice(path, 1, &count), "auto");
+    ck_assert_int_eq(count, 3);
+    /* tuning_cache_save replaces the file whole; a merging save then
+     * writes back what it holds, the entry it loaded and did not change
+     * (b) included. */
+    tuning_cache only_c = {0};
+    EXPECT(tuning_cache_put(&only_c, &c), SSM_OK);
+    EXPECT(tuning_cache_save(path, &only_c), SSM_OK);
+    ck_assert_ptr_null(file_choice(path, 2, &count));
+    ck_assert_int_eq(count, 1);
+    EXPECT(tuning_cache_merge_save(path, &two), SSM_OK);
+    ck_assert_str_eq(file_choice(path, 2, &count), "fast");
+    ck_assert_int_eq(count, 3);
+    /* A file that is not a cache is replaced by this process's entries. */
+    write_text(path, "not a cache\n");
+    EXPECT(tuning_cache_merge_save(path, &one), SSM_OK);
+    ck_assert_str_eq(file_choice(path, 1, &count), "slow");
+    ck_assert_int_eq(count, 2);
+    ck_assert_int_eq(files_in(dir), 2); /* the cache and its lock; no temporary */
+    char *lock = path_in(dir, "m.cache.lock");
+    ck_assert_int_eq(access(lock, F_OK), 0);
+    free(lock);
+    tuning_cache_free(&one);
+    tuning_cache_free(&two);
+    tuning_cache_free(&only_c);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* The lock: a save waits while another process holds it; one held too long
+ * or one that cannot be created is a warning and the save goes on (merged
+ * all the same). */
+START_TEST(test_save_lock)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "l.cache"), *lock = path_in(dir, "l.cache.lock");
+    tuning_entry a = numbered_entry(1, "fast"), b = numbered_entry(2, "fast");
+    tuning_cache one = {0}, two = {0};
+    EXPECT(tuning_cache_put(&one, &a), SSM_OK);
+    EXPECT(tuning_cache_put(&two, &b), SSM_OK);
+    EXPECT(tuning_cache_merge_save(path, &one), SSM_OK);
+
+    /* Held by a child for 0.3 s: the save waits for it, then merges. */
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        int fd = open(lock, O_RDWR);
+        int ok = fd >= 0 && flock(fd, LOCK_EX) == 0;
+        ok = write(ready[1], "x", 1) == 1 && ok;
+        usleep(300 * 1000);
+        _exit(ok ? 0 : 1);
+    }
+    char byte;
+    ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+    double start = seconds_now();
+    EXPECT(tuning_cache_merge_save(path, &two), SSM_OK);
+    double waited = seconds_now() - start;
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(waited > 0.2, "the save did not wait for the lock (%.3f s)", waited);
+    int32_t count = 0;
+    ck_assert_ptr_nonnull(file_choice(path, 1, &count));
+    ck_assert_int_eq(count, 2);
+    close(ready[0]);
+    close(ready[1]);
+
+    /* Held for longer than the save waits: saved without it. */
+    tuning_cache_lock_wait_ms = 100;
+    int held = open(lock, O_RDWR);
+    ck_assert_int_eq(flock(held, LOCK_EX), 0);
+    tuning_entry c = numbered_entry(3, "fast");
+    EXPECT(tuning_cache_put(&one, &c), SSM_OK);
+    start = seconds_now();
+    EXPECT(tuning_cache_merge_save(path, &one), SSM_OK);
+    ck_assert(seconds_now() - start >= 0.1);
+    ck_assert_ptr_nonnull(file_choice(path, 3, &count));
+    ck_assert_int_eq(count, 3);
+    close(held);
+    tuning_cache_lock_wait_ms = 10000;
+
+    /* A lock file that cannot be created (a link into no directory). */
+    char *other = path_in(dir, "n.cache"), *other_lock = path_in(dir, "n.cache.lock");
+    ck_assert_int_eq(symlink("/no/such/dir/n.cache.lock", other_lock), 0);
+    EXPECT(tuning_cache_merge_save(other, &one), SSM_OK);
+    EXPECT(tuning_cache_merge_save(other, &two), SSM_OK);
+    ck_assert_ptr_nonnull(file_choice(other, 1, &count));
+    ck_assert_ptr_nonnull(file_choice(other, 2, &count));
+    ck_assert_int_eq(count, 3);
+    remove(other_lock);
+    tuning_cache_free(&one);
+    tuning_cache_free(&two);
+    free(other);
+    free(other_lock);
+    free(lock);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* Out of memory at any allocation of a merging save: SSM_OK (a warning:
+ * without the lock, or this process's entries only) or
+ * SSM_ERR_OUT_OF_MEMORY with the file as it was; the cache untouched
+ * either way. */
+START_TEST(test_merge_save_out_of_memory)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "o.cache");
+    tuning_entry a = numbered_entry(1, "fast"), b = numbered_entry(2, "fast");
+    tuning_cache mine = {0}, theirs = {0};
+    EXPECT(tuning_cache_put(&mine, &a), SSM_OK);
+    EXPECT(tuning_cache_put(&theirs, &b), SSM_OK);
+    int oks = 0, fails = 0;
+    for (int64_t n = 1; n <= 12; n++) {
+        EXPECT(tuning_cache_save(path, &theirs), SSM_OK);
+        int64_t injected = ssm_fault_injected();
+        ssm_fault_fail_allocation(n);
+        ssm_status st = tuning_cache_merge_save(path, &mine);
+        ssm_fault_fail_allocation(0);
+        int32_t count = 0;
+        if (st == SSM_OK) {
+            ck_assert_ptr_nonnull(file_choice(path, 1, &count));
+            oks++;
+        } else {
+            ck_assert_int_eq(st, SSM_ERR_OUT_OF_MEMORY);
+            ck_assert_ptr_null(file_choice(path, 1, &count));
+            ck_assert_ptr_nonnull(file_choice(path, 2, &count));
+            fails++;
+        }
+        ck_assert_int_eq(mine.count, 1);
+        ck_assert_int_eq(mine.changes, 1);
+        ck_assert(tuning_entry_same(&mine.entries[0], &a));
+        if (ssm_fault_injected() == injected)
+            break; /* every allocation has had its turn */
+    }
+    ck_assert_int_gt(oks, 0);
+    ck_assert_int_gt(fails, 0);
+    tuning_cache_free(&mine);
+    tuning_cache_free(&theirs);
     free(path);
     remove_dir(dir);
 }
@@ -823,7 +1087,7 @@ START_TEST(test_context_tunes_through_the_hook)
     ck_assert_int_eq(r.saved, 1);
     ck_assert_int_eq(the_fake.applies, 1);
     ck_assert_int_eq(the_fake.applied_count, 6);
-    ck_assert_int_eq(files_in(dir), 1);
+    ck_assert_int_eq(files_in(dir), 2); /* the cache and its lock */
     char *text = read_text(path);
     ck_assert_ptr_nonnull(strstr(text, "mode=native family=verify rows=4 choice=fast"));
     ck_assert_ptr_nonnull(strstr(text, "failed=fails|launch:%20too%20many%20resources"));
@@ -876,7 +1140,7 @@ START_TEST(test_context_tunes_through_the_hook)
     ck_assert_int_eq(r.untuned, 6);
     ck_assert_int_eq(the_fake.applied_count, 0);
     ssm_ctx_destroy(ctx);
-    ck_assert_int_eq(files_in(dir), 1);
+    ck_assert_int_eq(files_in(dir), 2);
 
     /* Mode tune whose directory cannot take the file: a config error. */
     small_config(&c, "native", SSM_TUNING_TUNE, "/no/such/dir/x.cache");
@@ -888,6 +1152,132 @@ START_TEST(test_context_tunes_through_the_hook)
     ck_assert_ptr_null(ctx);
     ssm_tuning_test_hook(NULL, NULL);
     free(absent);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* Issue 8's needless re-saves: a context that finds every entry in the
+ * cache, entries whose every candidate failed included, writes nothing and
+ * asks for no scratch; the file keeps its inode and time. */
+START_TEST(test_no_save_when_nothing_changed)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "same.cache");
+    memset(&the_fake, 0, sizeof the_fake);
+    the_fake.oom_rows = 2; /* buckets 1 and 2: every candidate out of memory */
+    ssm_tuning_test_hook(&fake_runner, "fake");
+    ssm_config c;
+    small_config(&c, "native", SSM_TUNING_TUNE, path);
+    ssm_ctx *ctx = NULL;
+    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
+    ssm_tune_report r;
+    EXPECT(ssm_ctx_tune_report(ctx, &r), SSM_OK);
+    ck_assert_int_eq(r.tuned, 2);
+    ck_assert_int_eq(r.untuned, 4);
+    ck_assert_int_eq(r.saved, 1);
+    ssm_ctx_destroy(ctx);
+    struct stat before, after;
+    ck_assert_int_eq(stat(path, &before), 0);
+
+    the_fake.oom_rows = 0;
+    int begins = the_fake.begins, runs = the_fake.total_runs;
+    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
+    EXPECT(ssm_ctx_tune_report(ctx, &r), SSM_OK);
+    ck_assert_int_eq(r.cached, 2);
+    ck_assert_int_eq(r.tuned, 0);
+    ck_assert_int_eq(r.untuned, 4);
+    ck_assert_int_eq(r.skipped_failed, 2 * (4 + 2));
+    ck_assert_int_eq(r.saved, 0);
+    ck_assert_int_eq(the_fake.begins, begins);
+    ck_assert_int_eq(the_fake.total_runs, runs);
+    EXPECT(ssm_tune(ctx, NULL, &r), SSM_OK);
+    ck_assert_int_eq(r.saved, 0);
+    ssm_ctx_destroy(ctx);
+    ck_assert_int_eq(stat(path, &after), 0);
+    ck_assert_msg(after.st_ino == before.st_ino, "the cache was rewritten (new inode)");
+    ck_assert(after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+              after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+    ck_assert_int_eq(files_in(dir), 2);
+
+    /* A change (another mode's entries) is saved. */
+    small_config(&c, "compact", SSM_TUNING_TUNE, path);
+    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
+    EXPECT(ssm_ctx_tune_report(ctx, &r), SSM_OK);
+    ck_assert_int_eq(r.saved, 1);
+    ssm_ctx_destroy(ctx);
+    ck_assert_int_eq(stat(path, &after), 0);
+    ck_assert(after.st_ino != before.st_ino);
+    ssm_tuning_test_hook(NULL, NULL);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+enum { TUNERS = 3, TUNER_ROUNDS = 12 };
+
+/* A child's work: TUNER_ROUNDS contexts of `mode` in mode tune, each of
+ * its own layer count (its own six entries), each saving the cache. The
+ * exit status: 0, or which check failed. */
+static int tune_rounds(const char *mode, const char *path)
+{
+    if (!freopen("/dev/null", "w", stderr))
+        return 9;
+    for (int32_t i = 0; i < TUNER_ROUNDS; i++) {
+        ssm_model_dims m = small_gdn;
+        m.layers = 1 + i;
+        ssm_config c;
+        test_config(&c, &m, mode, SSM_DTYPE_F32, SSM_DTYPE_F32, 4, 3);
+        c.tuning.mode = SSM_TUNING_TUNE;
+        c.tuning.cache = path;
+        ssm_ctx *ctx = NULL;
+        if (ssm_ctx_create(&c, &ctx) != SSM_OK)
+            return 1;
+        ssm_tune_report r;
+        int ok = ssm_ctx_tune_report(ctx, &r) == SSM_OK && r.tuned == 6 && r.saved == 1;
+        ssm_ctx_destroy(ctx);
+        if (!ok)
+            return 2;
+    }
+    return 0;
+}
+
+/* Three processes tune one cache file at once, through contexts whose
+ * passes load, tune and save over and over: every entry is in the file. */
+START_TEST(test_concurrent_tuners_lose_nothing)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "shared.cache");
+    memset(&the_fake, 0, sizeof the_fake);
+    ssm_tuning_test_hook(&fake_runner, "fake");
+    const char *modes[TUNERS] = {"native", "compact", "replay"};
+    pid_t pids[TUNERS];
+    for (int t = 0; t < TUNERS; t++) {
+        pids[t] = fork();
+        ck_assert_int_ge(pids[t], 0);
+        if (pids[t] == 0)
+            _exit(tune_rounds(modes[t], path));
+    }
+    for (int t = 0; t < TUNERS; t++) {
+        int status = 0;
+        ck_assert_int_eq(waitpid(pids[t], &status, 0), pids[t]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "tuner %s: status %d",
+                      modes[t], status);
+    }
+    tuning_cache cache = {0};
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &cache, &missing), SSM_OK);
+    ck_assert_int_eq(cache.skipped_lines, 0);
+    ck_assert_int_eq(cache.count, TUNERS * TUNER_ROUNDS * 6);
+    for (int t = 0; t < TUNERS; t++)
+        for (int32_t i = 0; i < TUNER_ROUNDS; i++) {
+            tuning_key k = context_key(modes[t], SSM_TUNE_VERIFY, 2);
+            k.layers = 1 + i;
+            const tuning_entry *e = tuning_cache_find(&cache, &k);
+            ck_assert_msg(e != NULL, "%s, %d layers: lost", modes[t], (int)(1 + i));
+            ck_assert_str_eq(e->choice, "fast");
+        }
+    ck_assert_int_eq(files_in(dir), 2); /* no temporary left */
+    tuning_cache_free(&cache);
+    ssm_tuning_test_hook(NULL, NULL);
     free(path);
     remove_dir(dir);
 }
@@ -1102,6 +1492,10 @@ Suite *make_suite(void)
     tcase_add_test(file, test_keys_differing_in_one_field);
     tcase_add_test(file, test_corrupt_files);
     tcase_add_test(file, test_atomic_save);
+    tcase_add_test(file, test_put_marks_changes);
+    tcase_add_test(file, test_merged_saves_keep_every_entry);
+    tcase_add_test(file, test_save_lock);
+    tcase_add_test(file, test_merge_save_out_of_memory);
     suite_add_tcase(s, file);
     TCase *pass = tcase_create("passes");
     tcase_add_test(pass, test_pass_failed_recorded_and_skipped);
@@ -1115,6 +1509,8 @@ Suite *make_suite(void)
     tcase_set_timeout(ctx, 60);
     tcase_add_test(ctx, test_cpu_context_is_a_no_op);
     tcase_add_test(ctx, test_context_tunes_through_the_hook);
+    tcase_add_test(ctx, test_no_save_when_nothing_changed);
+    tcase_add_test(ctx, test_concurrent_tuners_lose_nothing);
     tcase_add_test(ctx, test_ticket_layout_into_commit);
     tcase_add_test(ctx, test_cpu_context_layout_zero);
     suite_add_tcase(s, ctx);
