@@ -47,70 +47,7 @@
 #define HEADER 96 /* docs/pages.md: the payload starts here */
 #define BATCH 3
 
-static const char *const modes[] = {"native", "compact", "replay"};
-#define MODES 3
-
-#define DIMS(kind_, layers_, h_, hv_, k_, v_, lb_)                                                 \
-    {                                                                                              \
-        .kind = (kind_), .layers = (layers_), .heads = (h_), .value_heads = (hv_),                 \
-        .key_dim = (k_), .value_dim = (v_), .conv_width = 4, .has_lower_bound = (lb_),             \
-        .lower_bound = (lb_) ? -5.0f : 0.0f                                                        \
-    }
-
-/* GDN and KDA, fp32 and bf16 state (activations alike). */
-static const setup setups[] = {
-    {DIMS(SSM_MODEL_GDN, 3, 2, 4, 32, 48, 0), SSM_DTYPE_F32, SSM_DTYPE_F32},
-    {DIMS(SSM_MODEL_GDN, 3, 2, 4, 32, 48, 0), SSM_DTYPE_BF16, SSM_DTYPE_BF16},
-    {DIMS(SSM_MODEL_KDA, 2, 2, 2, 64, 32, 1), SSM_DTYPE_F32, SSM_DTYPE_F32},
-    {DIMS(SSM_MODEL_KDA, 2, 2, 2, 64, 32, 1), SSM_DTYPE_BF16, SSM_DTYPE_BF16},
-};
-#define SETUPS 4
-
 /* ------------------------------------------------------------ helpers */
-
-/* Fails the test unless the world holds no failure (its "# ..." lines say
- * what failed). */
-#define WORLD_OK(w, ok) ck_assert_msg((ok) && !(w)->failed, "%s: see the # lines above", (w)->desc)
-
-/* The world of test _i (setup _i / MODES, mode A = modes[_i % MODES]):
- * sides 0 CPU native, 1 CUDA native, 2 CUDA A (A not native); *cuda gets
- * the side of A. A prefill of every lane, a decode, two verify rounds. */
-static void open_world(world *w, int i, uint64_t salt, const char *what, int *cuda)
-{
-    variant v = {modes[i % MODES], 0, 0};
-    int ok = world_open_modes(w, &setups[i / MODES], v, salt, what);
-    *cuda = w->sides - 1;
-    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
-    w->op = "prefill";
-    int32_t rows = ok ? world_pick_rows(w, w->lanes, 0, lanes) : 0;
-    for (int32_t r = 0; r < rows; r++)
-        lengths[r] = test_rng_int(&w->rng, 5, 40);
-    ok = ok && step_finish(w, step_make(w, STEP_PREFILL, 0, rows, lanes, lengths));
-    step_kind kinds[3] = {STEP_DECODE, STEP_VERIFY, STEP_VERIFY};
-    for (int k = 0; k < 3 && ok; k++) {
-        w->op = step_kind_name(kinds[k]);
-        rows = world_pick_rows(w, w->lanes, 0, lanes);
-        ok = step_finish(w, step_make(w, kinds[k], kinds[k] == STEP_DECODE ? 1 : T_MAX, rows,
-                                      lanes, NULL));
-    }
-    WORLD_OK(w, ok && world_compare_exports(w));
-    w->op = "pages";
-}
-
-/* A context of `mode` beside the world's (its model and dtypes, default
- * mode options), on CUDA device 0 or the CPU, w->lanes slots acquired. */
-static ssm_ctx *open_ctx(const world *w, const char *mode, int cuda, int32_t *slots)
-{
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    test_config(&c, &w->m, mode, w->sd, w->ad, CAPACITY, T_MAX - 1);
-    if (cuda)
-        c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    for (int32_t lane = 0; lane < w->lanes; lane++)
-        EXPECT(ssm_slot_acquire(ctx, &slots[lane]), SSM_OK);
-    return ctx;
-}
 
 /* The page of one slot, in a new buffer. */
 static unsigned char *page_of(ssm_ctx *ctx, int32_t slot)
@@ -123,30 +60,12 @@ static unsigned char *page_of(ssm_ctx *ctx, int32_t slot)
     return page;
 }
 
-/* Index of the first byte where two buffers differ, or -1. */
-static long first_difference(const unsigned char *a, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return (long)i;
-    return -1;
-}
-
-static void assert_same(const unsigned char *got, const unsigned char *want, size_t n,
-                        const char *what, int lane)
-{
-    long at = first_difference(got, want, n);
-    ck_assert_msg(at < 0, "%s (lane %d): byte %ld of %zu differs (0x%02x, want 0x%02x)", what,
-                  lane, at, n, at < 0 ? 0 : got[at], at < 0 ? 0 : want[at]);
-}
-
 /* The controls: pages of different slots differ in their payloads, and a
  * payload is not all zero. */
 static void assert_differ(const unsigned char *a, const unsigned char *b, size_t n,
                           const char *what)
 {
-    ck_assert_msg(first_difference(a + HEADER, b + HEADER, n - HEADER) >= 0,
-                  "control: %s: the payloads are equal", what);
+    gpu_assert_payloads_differ(a, b, n, what);
     size_t k = HEADER;
     while (k < n && a[k] == 0)
         k++;
@@ -162,9 +81,9 @@ static void assert_canonical(world *w, int s, int32_t lane, const unsigned char 
     WORLD_OK(w, world_snapshot(w, s, w->side[s].slot[lane], &snap));
     const unsigned char *p = page + HEADER;
     for (int32_t l = 0; l < snap.layers; l++) {
-        assert_same(p, snap.conv[l], snap.conv_bytes, "page vs canonical conv window", lane);
+        gpu_assert_same(p, snap.conv[l], snap.conv_bytes, "page vs canonical conv window", lane);
         p += snap.conv_bytes;
-        assert_same(p, snap.state[l], snap.state_bytes, "page vs canonical state", lane);
+        gpu_assert_same(p, snap.state[l], snap.state_bytes, "page vs canonical state", lane);
         p += snap.state_bytes;
     }
     test_snapshot_free(&snap);
@@ -183,12 +102,12 @@ START_TEST(round_trip)
 {
     world w;
     int g;
-    open_world(&w, _i, 100 + (uint64_t)_i, "round trip", &g);
+    gpu_page_world(&w, _i, 100 + (uint64_t)_i, "round trip", "pages", &g);
     ssm_ctx *cpu[MODES], *gpu[MODES];
     int32_t cpu_slots[MODES][MAX_LANES], gpu_slots[MODES][MAX_LANES];
     for (int k = 0; k < MODES; k++) {
-        cpu[k] = open_ctx(&w, modes[k], 0, cpu_slots[k]);
-        gpu[k] = open_ctx(&w, modes[k], 1, gpu_slots[k]);
+        cpu[k] = gpu_open_ctx(&w, gpu_modes[k], 0, CAPACITY, w.lanes, cpu_slots[k]);
+        gpu[k] = gpu_open_ctx(&w, gpu_modes[k], 1, CAPACITY, w.lanes, gpu_slots[k]);
     }
     size_t n = ssm_page_bytes(w.side[g].ctx);
     ck_assert_uint_eq(n, ssm_page_bytes(w.side[0].ctx));
@@ -198,7 +117,7 @@ START_TEST(round_trip)
         assert_canonical(&w, g, lane, p);
         if (g != 1) { /* compact and replay: the same bytes as native's on the GPU */
             unsigned char *native = page_of(w.side[1].ctx, w.side[1].slot[lane]);
-            assert_same(p, native, n, "CUDA page vs CUDA native's", lane);
+            gpu_assert_same(p, native, n, "CUDA page vs CUDA native's", lane);
             free(native);
         }
         if (previous)
@@ -206,10 +125,10 @@ START_TEST(round_trip)
         /* CUDA -> CPU of every B -> CUDA of every C */
         for (int b = 0; b < MODES; b++) {
             unsigned char *q = through(cpu[b], cpu_slots[b][lane], p, n);
-            assert_same(q, p, n, "CUDA page through a CPU context", lane);
+            gpu_assert_same(q, p, n, "CUDA page through a CPU context", lane);
             for (int c = 0; c < MODES; c++) {
                 unsigned char *r = through(gpu[c], gpu_slots[c][lane], q, n);
-                assert_same(r, p, n, "CUDA page through CPU and CUDA contexts", lane);
+                gpu_assert_same(r, p, n, "CUDA page through CPU and CUDA contexts", lane);
                 free(r);
             }
             free(q);
@@ -219,11 +138,11 @@ START_TEST(round_trip)
         assert_canonical(&w, 0, lane, pc);
         for (int c = 0; c < MODES; c++) {
             unsigned char *q = through(gpu[c], gpu_slots[c][lane], pc, n);
-            assert_same(q, pc, n, "CPU page through a CUDA context", lane);
+            gpu_assert_same(q, pc, n, "CPU page through a CUDA context", lane);
             assert_canonical(&w, 0, lane, q);
             for (int b = 0; b < MODES; b++) {
                 unsigned char *r = through(cpu[b], cpu_slots[b][lane], q, n);
-                assert_same(r, pc, n, "CPU page through CUDA and CPU contexts", lane);
+                gpu_assert_same(r, pc, n, "CPU page through CUDA and CPU contexts", lane);
                 free(r);
             }
             free(q);
@@ -253,19 +172,8 @@ static void export_side_0(world *w)
     EXPECT(ssm_slots_export_pages(w->side[0].ctx, w->lanes, w->side[0].slot, batch, n), SSM_OK);
     for (int32_t lane = 0; lane < w->lanes; lane++) {
         unsigned char *mine = page_of(w->side[0].ctx, w->side[0].slot[lane]);
-        /* the twin's is the canonical export, compared as a page */
-        test_snapshot snap;
-        memset(&snap, 0, sizeof snap);
-        WORLD_OK(w, world_snapshot(w, 1, w->side[1].slot[lane], &snap));
-        const unsigned char *p = mine + HEADER;
-        for (int32_t l = 0; l < snap.layers; l++) {
-            assert_same(p, snap.conv[l], snap.conv_bytes, "page vs the twin's conv window", lane);
-            p += snap.conv_bytes;
-            assert_same(p, snap.state[l], snap.state_bytes, "page vs the twin's state", lane);
-            p += snap.state_bytes;
-        }
-        test_snapshot_free(&snap);
-        assert_same(batch + (size_t)lane * n, mine, n, "batched vs single export", lane);
+        assert_canonical(w, 1, lane, mine); /* the twin's canonical export */
+        gpu_assert_same(batch + (size_t)lane * n, mine, n, "batched vs single export", lane);
         free(mine);
     }
     free(batch);
@@ -274,14 +182,10 @@ static void export_side_0(world *w)
 START_TEST(export_keeps_slot)
 {
     world w;
-    variant v = {modes[_i % MODES], 0, 0};
-    int ok = world_open_graph(&w, &setups[_i / MODES], v, 200 + (uint64_t)_i, "export keeps");
-    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
-    w.op = "prefill";
-    int32_t rows = ok ? world_pick_rows(&w, w.lanes, 1, lanes) : 0;
-    for (int32_t r = 0; r < rows; r++)
-        lengths[r] = test_rng_int(&w.rng, 5, 40);
-    ok = ok && step_finish(&w, step_make(&w, STEP_PREFILL, 0, rows, lanes, lengths));
+    variant v = {.mode = gpu_modes[_i % MODES]};
+    int ok = world_open_graph(&w, &gpu_setups[_i / MODES], v, 200 + (uint64_t)_i,
+                              "export keeps") &&
+             gpu_prefill_lanes(&w, 1);
     /* A verify round and a decode, exporting between steps: replay's ring
      * holds the round as history when it is exported. */
     step_kind kinds[4] = {STEP_VERIFY, STEP_DECODE, STEP_VERIFY, STEP_DECODE};
@@ -295,11 +199,7 @@ START_TEST(export_keeps_slot)
                           "a page before and after a step");
         free(before);
         before = now;
-        w.op = step_kind_name(kinds[k]);
-        rows = world_pick_rows(&w, w.lanes, 1, lanes);
-        ok = step_finish(&w, step_make(&w, kinds[k], kinds[k] == STEP_DECODE ? 1 : T_MAX, rows,
-                                       lanes, NULL)) &&
-             world_compare_exports(&w);
+        ok = gpu_step_lanes(&w, kinds[k], 1) && world_compare_exports(&w);
         w.step++;
     }
     free(before);
@@ -309,21 +209,6 @@ START_TEST(export_keeps_slot)
 END_TEST
 
 /* ------------------------------------------------------------ 3. rejections */
-
-/* The page of a fresh CPU context of dims m and state dtype sd. */
-static unsigned char *foreign_page(const ssm_model_dims *m, ssm_dtype sd, ssm_dtype ad, size_t *n)
-{
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    int32_t slot;
-    test_config(&c, m, "native", sd, ad, 1, T_MAX - 1);
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    EXPECT(ssm_slot_acquire(ctx, &slot), SSM_OK);
-    *n = ssm_page_bytes(ctx);
-    unsigned char *page = page_of(ctx, slot);
-    ssm_ctx_destroy(ctx);
-    return page;
-}
 
 /* Imports a bad page into the slot of lane 0: refused with `message`, and
  * the slot exports `before` still. */
@@ -336,7 +221,7 @@ static void refuse(world *w, int g, const unsigned char *page, size_t n, const c
     ck_assert_msg(strstr(ssm_last_error(), message), "message \"%s\" lacks \"%s\"",
                   ssm_last_error(), message);
     unsigned char *after = page_of(ctx, slot);
-    assert_same(after, before, ssm_page_bytes(ctx), message, 0);
+    gpu_assert_same(after, before, ssm_page_bytes(ctx), message, 0);
     free(after);
 }
 
@@ -344,7 +229,7 @@ START_TEST(rejections)
 {
     world w;
     int g;
-    open_world(&w, _i, 300 + (uint64_t)_i, "rejections", &g);
+    gpu_page_world(&w, _i, 300 + (uint64_t)_i, "rejections", "pages", &g);
     ssm_ctx *ctx = w.side[g].ctx;
     size_t n = ssm_page_bytes(ctx);
     unsigned char *before = page_of(ctx, w.side[g].slot[0]);
@@ -364,11 +249,11 @@ START_TEST(rejections)
     ssm_model_dims other = w.m;
     other.value_dim += 16;
     size_t other_n;
-    unsigned char *foreign = foreign_page(&other, w.sd, w.ad, &other_n);
+    unsigned char *foreign = gpu_foreign_page(&other, w.sd, w.ad, &other_n);
     refuse(&w, g, foreign, other_n, "value_dim", before);
     free(foreign);
     ssm_dtype sd = w.sd == SSM_DTYPE_F32 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
-    foreign = foreign_page(&w.m, sd, w.ad, &other_n);
+    foreign = gpu_foreign_page(&w.m, sd, w.ad, &other_n);
     refuse(&w, g, foreign, other_n, "state dtype", before);
     free(foreign);
 
@@ -385,7 +270,7 @@ START_TEST(rejections)
     ck_assert_msg(strstr(ssm_last_error(), "page 1"), "%s", ssm_last_error());
     for (int k = 0; k < BATCH; k++) {
         unsigned char *after = page_of(ctx, w.side[g].slot[k]);
-        assert_same(after, olds[k], n, "a slot after a refused batch", k);
+        gpu_assert_same(after, olds[k], n, "a slot after a refused batch", k);
         free(after);
         free(olds[k]);
     }
@@ -394,7 +279,7 @@ START_TEST(rejections)
     /* the control: the good page loads and the slot's page becomes it */
     EXPECT(ssm_slot_import_page(ctx, w.side[g].slot[0], good, n), SSM_OK);
     unsigned char *after = page_of(ctx, w.side[g].slot[0]);
-    assert_same(after, good, n, "the slot after a good import", 0);
+    gpu_assert_same(after, good, n, "the slot after a good import", 0);
     assert_differ(after, before, n, "the slot before and after a good import");
     free(after);
     free(bad);
@@ -410,7 +295,7 @@ START_TEST(batches)
 {
     world w;
     int g;
-    open_world(&w, _i, 400 + (uint64_t)_i, "batches", &g);
+    gpu_page_world(&w, _i, 400 + (uint64_t)_i, "batches", "pages", &g);
     ssm_ctx *ctx = w.side[g].ctx;
     size_t n = ssm_page_bytes(ctx), stride = n + 40; /* pages need not be packed */
     int32_t from[BATCH] = {w.side[g].slot[3], w.side[g].slot[0], w.side[g].slot[2]};
@@ -420,23 +305,23 @@ START_TEST(batches)
     EXPECT(ssm_slots_export_pages(ctx, BATCH, from, batch, stride), SSM_OK);
     for (int k = 0; k < BATCH; k++) {
         single[k] = page_of(ctx, from[k]);
-        assert_same(batch + (size_t)k * stride, single[k], n, "batched vs single export", k);
+        gpu_assert_same(batch + (size_t)k * stride, single[k], n, "batched vs single export", k);
         ck_assert_msg(batch[(size_t)k * stride + n] == 0x5A, "the batch wrote past page %d", k);
     }
     assert_differ(single[0], single[1], n, "pages of two lanes");
 
     for (int c = 0; c < MODES; c++) {
         int32_t bs[MAX_LANES], ss[MAX_LANES];
-        ssm_ctx *by_batch = open_ctx(&w, modes[c], 1, bs);
-        ssm_ctx *by_single = open_ctx(&w, modes[c], 1, ss);
+        ssm_ctx *by_batch = gpu_open_ctx(&w, gpu_modes[c], 1, CAPACITY, w.lanes, bs);
+        ssm_ctx *by_single = gpu_open_ctx(&w, gpu_modes[c], 1, CAPACITY, w.lanes, ss);
         int32_t into[BATCH] = {bs[1], bs[4], bs[0]};
         EXPECT(ssm_slots_import_pages(by_batch, BATCH, into, batch, stride), SSM_OK);
         for (int k = 0; k < BATCH; k++)
             EXPECT(ssm_slot_import_page(by_single, ss[k], single[k], n), SSM_OK);
         for (int k = 0; k < BATCH; k++) {
             unsigned char *a = page_of(by_batch, into[k]), *b = page_of(by_single, ss[k]);
-            assert_same(a, b, n, "batched vs single import", k);
-            assert_same(a, single[k], n, "batched import vs the source page", k);
+            gpu_assert_same(a, b, n, "batched vs single import", k);
+            gpu_assert_same(a, single[k], n, "batched import vs the source page", k);
             free(a);
             free(b);
         }
@@ -456,11 +341,12 @@ START_TEST(rank_pages)
 {
     world w;
     int g;
-    open_world(&w, _i, 500 + (uint64_t)_i, "ranks", &g);
+    gpu_page_world(&w, _i, 500 + (uint64_t)_i, "ranks", "pages", &g);
     int32_t per = w.m.value_heads / 2, slot[2];
     ssm_ctx *rank[2];
     for (int k = 0; k < 2; k++)
-        rank[k] = gpu_open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, 2, &slot[k], 1);
+        rank[k] =
+            gpu_open_rank(&w, gpu_modes[(_i + 1 + k) % MODES], k * per, per, 2, &slot[k], 1);
     size_t n = ssm_page_bytes(w.side[g].ctx);
     unsigned char *merged = malloc(n);
     ck_assert_ptr_nonnull(merged);
@@ -476,7 +362,7 @@ START_TEST(rank_pages)
                    SSM_OK);
             ck_assert_uint_eq(written, bytes[k]);
             part[k] = through(rank[k], slot[k], p, n); /* the rank takes its heads */
-            assert_same(part[k], want, bytes[k], "a rank's page vs the slice of the whole", k);
+            gpu_assert_same(part[k], want, bytes[k], "a rank's page vs the slice of the whole", k);
             free(want);
         }
         size_t written = 0;
@@ -484,7 +370,7 @@ START_TEST(rank_pages)
         size_t part_bytes[2] = {bytes[1], bytes[0]};
         EXPECT(ssm_page_merge(parts, part_bytes, 2, merged, n, &written), SSM_OK);
         ck_assert_uint_eq(written, n);
-        assert_same(merged, p, n, "the ranks' pages merged vs the whole page", lane);
+        gpu_assert_same(merged, p, n, "the ranks' pages merged vs the whole page", lane);
         for (int k = 0; k < 2; k++)
             free(part[k]);
         free(p);

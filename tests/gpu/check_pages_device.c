@@ -33,6 +33,16 @@
  * 6. a batch past one launch: 70 slots of a CUDA context of mode A import
  *    70 device pages (the lanes' pages over and over) and export them back
  *    byte for byte.
+ * 7. export in a CUDA graph: the call captured on the world's stream
+ *    (thread-local mode, as check_gpu_modes' graph case) returns SSM_OK and
+ *    the capture holds (no host synchronization, no allocation); launched
+ *    twice with a verify round between, the graph's pages are the same
+ *    call's without a graph and the host pages, byte for byte, and differ
+ *    from one launch to the next.
+ * 8. import in a CUDA graph: the call captured likewise and launched four
+ *    times over rewritten device pages (good, good, one spoiled, good): the
+ *    statuses, slots and flags are a twin's that makes the same calls
+ *    without a graph, and what the pages say they must be.
  *
  * A Check suite run without fork through tests/gpu/pages_device.gpu; exit
  * 77 when no CUDA device is visible, checked before anything else.
@@ -52,72 +62,21 @@
 #define FILL 0x5A
 #define LARGE 70 /* past one launch of SSM_PAGE_LAUNCH_SLOTS (64) pages */
 
-static const char *const modes[] = {"native", "compact", "replay"};
-#define MODES 3
-
-#define DIMS(kind_, layers_, h_, hv_, k_, v_, lb_)                                                 \
-    {                                                                                              \
-        .kind = (kind_), .layers = (layers_), .heads = (h_), .value_heads = (hv_),                 \
-        .key_dim = (k_), .value_dim = (v_), .conv_width = 4, .has_lower_bound = (lb_),             \
-        .lower_bound = (lb_) ? -5.0f : 0.0f                                                        \
-    }
-
-static const setup setups[] = {
-    {DIMS(SSM_MODEL_GDN, 3, 2, 4, 32, 48, 0), SSM_DTYPE_F32, SSM_DTYPE_F32},
-    {DIMS(SSM_MODEL_GDN, 3, 2, 4, 32, 48, 0), SSM_DTYPE_BF16, SSM_DTYPE_BF16},
-    {DIMS(SSM_MODEL_KDA, 2, 2, 2, 64, 32, 1), SSM_DTYPE_F32, SSM_DTYPE_F32},
-    {DIMS(SSM_MODEL_KDA, 2, 2, 2, 64, 32, 1), SSM_DTYPE_BF16, SSM_DTYPE_BF16},
-};
-#define SETUPS 4
-
-#define WORLD_OK(w, ok) ck_assert_msg((ok) && !(w)->failed, "%s: see the # lines above", (w)->desc)
 #define CUDA_OK(call) ck_assert_msg(gpu_ok((call), #call), "%s failed", #call)
 
 /* ------------------------------------------------------------ helpers */
-
-/* Test _i's world (setup _i / MODES, mode A = modes[_i % MODES]), its
- * lanes after a prefill, a decode and two verify rounds; *g is A's side. */
-static void open_world(world *w, int i, uint64_t salt, const char *what, int *g)
-{
-    variant v = {modes[i % MODES], 0, 0};
-    int ok = world_open_modes(w, &setups[i / MODES], v, salt, what);
-    *g = w->sides - 1;
-    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
-    w->op = "prefill";
-    int32_t rows = ok ? world_pick_rows(w, w->lanes, 0, lanes) : 0;
-    for (int32_t r = 0; r < rows; r++)
-        lengths[r] = test_rng_int(&w->rng, 5, 40);
-    ok = ok && step_finish(w, step_make(w, STEP_PREFILL, 0, rows, lanes, lengths));
-    step_kind kinds[3] = {STEP_DECODE, STEP_VERIFY, STEP_VERIFY};
-    for (int k = 0; k < 3 && ok; k++) {
-        w->op = step_kind_name(kinds[k]);
-        rows = world_pick_rows(w, w->lanes, 0, lanes);
-        ok = step_finish(w, step_make(w, kinds[k], kinds[k] == STEP_DECODE ? 1 : T_MAX, rows,
-                                      lanes, NULL));
-    }
-    WORLD_OK(w, ok && world_compare_exports(w));
-    w->op = "device pages";
-}
-
-/* A CUDA context of `mode` beside the world's, `capacity` slots, `count`
- * of them acquired into slots. */
-static ssm_ctx *open_ctx(const world *w, const char *mode, int32_t capacity, int32_t count,
-                         int32_t *slots)
-{
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    test_config(&c, &w->m, mode, w->sd, w->ad, capacity, T_MAX - 1);
-    c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    for (int32_t k = 0; k < count; k++)
-        EXPECT(ssm_slot_acquire(ctx, &slots[k]), SSM_OK);
-    return ctx;
-}
 
 /* A stride for pages of n bytes: a multiple of 8, `extra` bytes past. */
 static size_t stride_for(size_t n, size_t extra)
 {
     return (n + extra + 7) / 8 * 8;
+}
+
+/* Side s's slots of the lanes in a shuffled order: lanes 1 3 0 2 4. */
+static void shuffled(const world *w, int s, int32_t *order)
+{
+    for (int32_t k = 0; k < w->lanes; k++)
+        order[k] = w->side[s].slot[(k * 2 + 1) % w->lanes];
 }
 
 /* The host pages of slots[k] at k * stride (FILL between them). */
@@ -133,6 +92,15 @@ static unsigned char *host_pages(ssm_ctx *ctx, int32_t count, const int32_t *slo
     return pages;
 }
 
+/* `bytes` of device memory in a new host buffer (a synchronous copy). */
+static unsigned char *fetch(const void *dev, size_t bytes)
+{
+    unsigned char *host = malloc(bytes);
+    ck_assert_ptr_nonnull(host);
+    CUDA_OK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+    return host;
+}
+
 /* The device pages of slots[k] (one call on the stream), copied back. */
 static unsigned char *device_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                    size_t stride, cudaStream_t stream)
@@ -141,10 +109,8 @@ static unsigned char *device_pages(ssm_ctx *ctx, int32_t count, const int32_t *s
     void *dev = NULL;
     ck_assert(gpu_alloc(&dev, bytes, NULL, FILL));
     EXPECT(ssm_slots_export_pages_device(ctx, count, slots, dev, stride, stream), SSM_OK);
-    unsigned char *pages = malloc(bytes);
-    ck_assert_ptr_nonnull(pages);
     CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaMemcpy(pages, dev, bytes, cudaMemcpyDeviceToHost));
+    unsigned char *pages = fetch(dev, bytes);
     gpu_free(dev);
     return pages;
 }
@@ -159,30 +125,11 @@ static int32_t *device_import(ssm_ctx *ctx, int32_t count, const int32_t *slots,
     ck_assert(gpu_alloc(&status_dev, sizeof(int32_t) * (size_t)count, NULL, 0x7F));
     EXPECT(ssm_slots_import_pages_device(ctx, count, slots, dev, stride, status_dev, stream),
            SSM_OK);
-    int32_t *status = malloc(sizeof *status * (size_t)count);
-    ck_assert_ptr_nonnull(status);
     CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaMemcpy(status, status_dev, sizeof *status * (size_t)count,
-                       cudaMemcpyDeviceToHost));
+    int32_t *status = (int32_t *)fetch(status_dev, sizeof(int32_t) * (size_t)count);
     gpu_free(dev);
     gpu_free(status_dev);
     return status;
-}
-
-static long first_difference(const unsigned char *a, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return (long)i;
-    return -1;
-}
-
-static void assert_same(const unsigned char *got, const unsigned char *want, size_t n,
-                        const char *what, int k)
-{
-    long at = first_difference(got, want, n);
-    ck_assert_msg(at < 0, "%s (page %d): byte %ld of %zu differs (0x%02x, want 0x%02x)", what, k,
-                  at, n, at < 0 ? 0 : got[at], at < 0 ? 0 : want[at]);
 }
 
 /* Pages k of two batches (strides sa, sb) equal for k < count. */
@@ -190,15 +137,17 @@ static void assert_pages(const unsigned char *got, size_t sa, const unsigned cha
                          size_t sb, int32_t count, size_t n, const char *what)
 {
     for (int32_t k = 0; k < count; k++)
-        assert_same(got + (size_t)k * sa, want + (size_t)k * sb, n, what, k);
+        gpu_assert_same(got + (size_t)k * sa, want + (size_t)k * sb, n, what, k);
 }
 
-/* The control: two pages differ in their payloads. */
-static void assert_differ(const unsigned char *a, const unsigned char *b, size_t n,
-                          const char *what)
+/* Nothing between the pages of a batch (past page k's n bytes, up to the
+ * next stride) was written: every such byte is still FILL. */
+static void assert_gaps(const unsigned char *pages, int32_t count, size_t stride, size_t n)
 {
-    ck_assert_msg(first_difference(a + HEADER, b + HEADER, n - HEADER) >= 0,
-                  "control: %s: the payloads are equal", what);
+    for (size_t at = 0; at < (size_t)count * stride; at++)
+        if (at % stride >= n)
+            ck_assert_msg(pages[at] == FILL, "byte %zu past page %zu was written", at % stride,
+                          at / stride);
 }
 
 /* The context's flags: `expect` on each of slots[0..count) and on no other
@@ -225,31 +174,26 @@ START_TEST(device_equals_host)
 {
     world w;
     int g;
-    open_world(&w, _i, 100 + (uint64_t)_i, "device = host", &g);
+    gpu_page_world(&w, _i, 100 + (uint64_t)_i, "device = host", "device pages", &g);
     ssm_ctx *ctx = w.side[g].ctx;
     size_t n = ssm_page_bytes(ctx), stride = stride_for(n, 40);
     int32_t order[MAX_LANES];
-    for (int32_t k = 0; k < w.lanes; k++)
-        order[k] = w.side[g].slot[(k * 2 + 1) % w.lanes]; /* 1 3 0 2 4 */
+    shuffled(&w, g, order);
     unsigned char *dev = device_pages(ctx, w.lanes, order, stride, w.stream);
     unsigned char *host = host_pages(ctx, w.lanes, order, stride);
     assert_pages(dev, stride, host, stride, w.lanes, n, "device page vs host page");
-    for (size_t at = 0; at < (size_t)w.lanes * stride; at++)
-        if (at % stride >= n)
-            ck_assert_msg(dev[at] == FILL, "byte %zu past page %zu was written", at % stride,
-                          at / stride);
-    assert_differ(dev, dev + stride, n, "pages of two lanes");
+    assert_gaps(dev, w.lanes, stride, n);
+    gpu_assert_payloads_differ(dev, dev + stride, n, "pages of two lanes");
     if (g != 1) { /* compact and replay: CUDA native's bytes */
         int32_t native[MAX_LANES];
-        for (int32_t k = 0; k < w.lanes; k++)
-            native[k] = w.side[1].slot[(k * 2 + 1) % w.lanes];
+        shuffled(&w, 1, native);
         unsigned char *other = device_pages(w.side[1].ctx, w.lanes, native, stride, w.stream);
         assert_pages(dev, stride, other, stride, w.lanes, n, "device page vs CUDA native's");
         free(other);
     }
     /* one slot alone, packed */
     unsigned char *one = device_pages(ctx, 1, &order[2], stride_for(n, 0), w.stream);
-    assert_same(one, host + 2 * stride, n, "a single device page vs its host page", 2);
+    gpu_assert_same(one, host + 2 * stride, n, "a single device page vs its host page", 2);
     free(one);
     free(host);
     free(dev);
@@ -262,17 +206,12 @@ END_TEST
 START_TEST(export_keeps_slot)
 {
     world w;
-    const setup *su = &setups[_i / MODES];
+    const setup *su = &gpu_setups[_i / MODES];
     int replay = _i % MODES == 2;
     /* identity outputs (fp32 state only) show a folded ring in their bits */
-    variant v = {modes[_i % MODES], replay && su->sd == SSM_DTYPE_F32, 0};
-    int ok = world_open_graph(&w, su, v, 200 + (uint64_t)_i, "export keeps the slot");
-    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
-    w.op = "prefill";
-    int32_t rows = ok ? world_pick_rows(&w, w.lanes, 1, lanes) : 0;
-    for (int32_t r = 0; r < rows; r++)
-        lengths[r] = test_rng_int(&w.rng, 5, 40);
-    ok = ok && step_finish(&w, step_make(&w, STEP_PREFILL, 0, rows, lanes, lengths));
+    variant v = {.mode = gpu_modes[_i % MODES], .identity = replay && su->sd == SSM_DTYPE_F32};
+    int ok = world_open_graph(&w, su, v, 200 + (uint64_t)_i, "export keeps the slot") &&
+             gpu_prefill_lanes(&w, 1);
     size_t n = ssm_page_bytes(w.side[0].ctx), stride = stride_for(n, 8);
     step_kind kinds[4] = {STEP_VERIFY, STEP_DECODE, STEP_VERIFY, STEP_DECODE};
     for (int k = 0; k < 4 && ok; k++) {
@@ -283,11 +222,7 @@ START_TEST(export_keeps_slot)
         assert_pages(mine, stride, twin, stride, w.lanes, n, "device page vs the twin's");
         free(mine);
         free(twin);
-        w.op = step_kind_name(kinds[k]);
-        rows = world_pick_rows(&w, w.lanes, 1, lanes);
-        ok = step_finish(&w, step_make(&w, kinds[k], kinds[k] == STEP_DECODE ? 1 : T_MAX, rows,
-                                       lanes, NULL)) &&
-             world_compare_exports(&w);
+        ok = gpu_step_lanes(&w, kinds[k], 1) && world_compare_exports(&w);
         w.step++;
     }
     WORLD_OK(&w, ok);
@@ -301,14 +236,14 @@ START_TEST(round_trip)
 {
     world w;
     int g;
-    open_world(&w, _i, 300 + (uint64_t)_i, "round trip", &g);
+    gpu_page_world(&w, _i, 300 + (uint64_t)_i, "round trip", "device pages", &g);
     size_t n = ssm_page_bytes(w.side[g].ctx), stride = stride_for(n, 16);
     unsigned char *source = host_pages(w.side[g].ctx, w.lanes, w.side[g].slot, stride);
     unsigned char *dev = device_pages(w.side[g].ctx, w.lanes, w.side[g].slot, stride, w.stream);
     assert_pages(dev, stride, source, stride, w.lanes, n, "device page vs host page");
     for (int c = 0; c < MODES; c++) {
         int32_t slots[CAPACITY], into[MAX_LANES];
-        ssm_ctx *ctx = open_ctx(&w, modes[c], CAPACITY, w.lanes, slots);
+        ssm_ctx *ctx = gpu_open_ctx(&w, gpu_modes[c], 1, CAPACITY, w.lanes, slots);
         /* something to overwrite, then the pages in another slot order */
         int32_t *status = device_import(ctx, w.lanes, slots, source, stride, w.stream);
         free(status);
@@ -317,7 +252,7 @@ START_TEST(round_trip)
         status = device_import(ctx, w.lanes, into, dev, stride, w.stream);
         for (int32_t k = 0; k < w.lanes; k++)
             ck_assert_msg(status[k] == SSM_PAGE_ACCEPTED, "mode %s: page %d: status %d",
-                          modes[c], (int)k, (int)status[k]);
+                          gpu_modes[c], (int)k, (int)status[k]);
         free(status);
         assert_flags(ctx, w.lanes, into, 0);
         unsigned char *back = host_pages(ctx, w.lanes, into, stride);
@@ -342,23 +277,6 @@ START_TEST(round_trip)
 END_TEST
 
 /* ------------------------------------------------------------ 4. rejections */
-
-/* The page of a fresh CPU context of dims m and state dtype sd. */
-static unsigned char *foreign_page(const ssm_model_dims *m, ssm_dtype sd, ssm_dtype ad, size_t *n)
-{
-    ssm_config c;
-    ssm_ctx *ctx = NULL;
-    int32_t slot;
-    test_config(&c, m, "native", sd, ad, 1, T_MAX - 1);
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
-    EXPECT(ssm_slot_acquire(ctx, &slot), SSM_OK);
-    *n = ssm_page_bytes(ctx);
-    unsigned char *page = malloc(*n);
-    ck_assert_ptr_nonnull(page);
-    EXPECT(ssm_slot_export_page(ctx, slot, page, *n), SSM_OK);
-    ssm_ctx_destroy(ctx);
-    return page;
-}
 
 enum spoil {
     SPOIL_MAGIC,
@@ -399,12 +317,12 @@ static int32_t spoil(const world *w, unsigned char *page, size_t n, size_t strid
     case SPOIL_DIMS: {
         ssm_model_dims m = w->m;
         m.value_dim += 16;
-        other = foreign_page(&m, w->sd, w->ad, &other_n);
+        other = gpu_foreign_page(&m, w->sd, w->ad, &other_n);
         break;
     }
     case SPOIL_DTYPE:
-        other = foreign_page(&w->m, w->sd == SSM_DTYPE_F32 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32,
-                             w->ad, &other_n);
+        other = gpu_foreign_page(&w->m, w->sd == SSM_DTYPE_F32 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32,
+                                 w->ad, &other_n);
         break;
     default: { /* the first half of the value heads */
         other_n = n;
@@ -430,7 +348,7 @@ START_TEST(rejections)
 {
     world w;
     int g;
-    open_world(&w, _i, 400 + (uint64_t)_i, "rejections", &g);
+    gpu_page_world(&w, _i, 400 + (uint64_t)_i, "rejections", "device pages", &g);
     ssm_ctx *ctx = w.side[g].ctx;
     size_t n = ssm_page_bytes(ctx);
     /* room for a page of other dims (value_dim + 16) or of fp32 state */
@@ -442,7 +360,7 @@ START_TEST(rejections)
     memset(good, FILL, BATCH * stride);
     for (int k = 0; k < BATCH; k++) /* each page would change its slot */
         memcpy(good + (size_t)k * stride, before + (size_t)((k + 1) % BATCH) * stride, n);
-    assert_differ(good, before, n, "a slot's page and the page for it");
+    gpu_assert_payloads_differ(good, before, n, "a slot's page and the page for it");
     unsigned char *batch = malloc(BATCH * stride);
     ck_assert_ptr_nonnull(batch);
     for (int how = 0; how < SPOILS; how++) {
@@ -482,7 +400,7 @@ START_TEST(ranks)
 {
     world w;
     int g;
-    open_world(&w, _i, 500 + (uint64_t)_i, "ranks", &g);
+    gpu_page_world(&w, _i, 500 + (uint64_t)_i, "ranks", "device pages", &g);
     int32_t per = w.m.value_heads / 2, slot[2][2];
     size_t n = ssm_page_bytes(w.side[g].ctx), stride = stride_for(n, 0);
     unsigned char *whole = device_pages(w.side[g].ctx, 2, w.side[g].slot, stride, w.stream);
@@ -490,7 +408,7 @@ START_TEST(ranks)
     unsigned char *own[2];
     size_t rn[2], rstride[2];
     for (int k = 0; k < 2; k++) {
-        rank[k] = gpu_open_rank(&w, modes[(_i + 1 + k) % MODES], k * per, per, 4, slot[k], 2);
+        rank[k] = gpu_open_rank(&w, gpu_modes[(_i + 1 + k) % MODES], k * per, per, 4, slot[k], 2);
         rn[k] = ssm_page_bytes(rank[k]);
         rstride[k] = stride_for(rn[k], 0);
         int32_t *status = device_import(rank[k], 2, slot[k], whole, stride, w.stream);
@@ -505,8 +423,8 @@ START_TEST(ranks)
             EXPECT(ssm_page_slice(whole + (size_t)lane * stride, n, k * per, (k + 1) * per, want,
                                   rn[k], &written),
                    SSM_OK);
-            assert_same(got + (size_t)lane * rstride[k], want, rn[k],
-                        "a rank's page vs the slice of the whole", lane);
+            gpu_assert_same(got + (size_t)lane * rstride[k], want, rn[k],
+                            "a rank's page vs the slice of the whole", lane);
             free(want);
         }
         own[k] = device_pages(rank[k], 2, slot[k], rstride[k], w.stream);
@@ -547,7 +465,7 @@ START_TEST(large_batch)
 {
     world w;
     int g;
-    open_world(&w, _i, 600 + (uint64_t)_i, "large batch", &g);
+    gpu_page_world(&w, _i, 600 + (uint64_t)_i, "large batch", "device pages", &g);
     size_t n = ssm_page_bytes(w.side[g].ctx), stride = stride_for(n, 8);
     unsigned char *lanes = host_pages(w.side[g].ctx, w.lanes, w.side[g].slot, stride);
     unsigned char *pages = malloc(LARGE * stride);
@@ -555,7 +473,7 @@ START_TEST(large_batch)
     for (int32_t k = 0; k < LARGE; k++)
         memcpy(pages + (size_t)k * stride, lanes + (size_t)(k % w.lanes) * stride, stride);
     int32_t slots[LARGE], order[LARGE];
-    ssm_ctx *ctx = open_ctx(&w, modes[(_i + 1) % MODES], LARGE, LARGE, slots);
+    ssm_ctx *ctx = gpu_open_ctx(&w, gpu_modes[(_i + 1) % MODES], 1, LARGE, LARGE, slots);
     for (int32_t k = 0; k < LARGE; k++)
         order[k] = slots[(k * 3) % LARGE]; /* 3 and 70 are coprime: a permutation */
     int32_t *status = device_import(ctx, LARGE, order, pages, stride, w.stream);
@@ -576,6 +494,219 @@ START_TEST(large_batch)
 }
 END_TEST
 
+/* ------------------------------------------------------------ 7, 8. CUDA graphs */
+
+/* The graph of case 7 or 8, instantiated by capture_end. The case destroys
+ * it; when an assertion ends the case early, graph_teardown, the graph
+ * cases' checked teardown, does (Check runs it after a failed case too,
+ * without fork). */
+static cudaGraphExec_t graph_exec;
+
+static void graph_teardown(void)
+{
+    if (graph_exec)
+        (void)cudaGraphExecDestroy(graph_exec);
+    graph_exec = NULL;
+}
+
+/* Begins capturing the world's stream as tests/gpu/check_gpu_modes.c's
+ * graph case does: thread-local mode, the world's created stream. The
+ * device is idle first, so nothing queued before is pending. Nothing may
+ * assert between this and capture_end: the stream must not stay captured. */
+static void capture_begin(world *w)
+{
+    w->op = "capture";
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaStreamBeginCapture(w->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+/* Ends the capture, whatever the call under capture returned (`during`),
+ * and instantiates graph_exec; then the call must have returned SSM_OK and
+ * the capture must have held. A call that synchronized with the host or
+ * allocated under capture fails there, or invalidates the capture
+ * (cudaStreamEndCapture's error is printed as a "# ..." line). */
+static void capture_end(world *w, ssm_status during, const char *call)
+{
+    char message[512];
+    snprintf(message, sizeof message, "%s", during == SSM_OK ? "" : ssm_last_error());
+    cudaGraph_t graph = NULL;
+    int ended = gpu_ok(cudaStreamEndCapture(w->stream, &graph), "cudaStreamEndCapture");
+    int made = ended && graph &&
+               gpu_ok(cudaGraphInstantiateWithFlags(&graph_exec, graph, 0),
+                      "cudaGraphInstantiateWithFlags");
+    if (graph)
+        (void)cudaGraphDestroy(graph);
+    ck_assert_msg(during == SSM_OK, "%s under capture: got %s (%s)", call, ssm_status_name(during),
+                  message);
+    ck_assert_msg(ended, "%s: the capture did not hold (see the # line above)", call);
+    ck_assert_msg(made, "%s: the captured graph did not instantiate", call);
+}
+
+/* Launches graph_exec on the world's stream and waits for it. */
+static void graph_launch(world *w)
+{
+    w->op = "graph launch";
+    CUDA_OK(cudaGraphLaunch(graph_exec, w->stream));
+    CUDA_OK(cudaStreamSynchronize(w->stream));
+}
+
+/* 7. The export of the lanes (shuffled, a stride past the page) captured
+ * once and launched twice, a verify round of every lane between the
+ * launches: each launch's pages are the pages the same call gives without
+ * a graph at that point, and the host pages, byte for byte; nothing between
+ * the pages is written; capture itself wrote nothing; the two launches'
+ * pages differ (the graph reads the slots as they are at launch). */
+START_TEST(export_graph)
+{
+    world w;
+    int g;
+    gpu_page_world(&w, _i, 700 + (uint64_t)_i, "export in a graph", "device pages", &g);
+    ssm_ctx *ctx = w.side[g].ctx;
+    size_t n = ssm_page_bytes(ctx), stride = stride_for(n, 24);
+    size_t bytes = (size_t)w.lanes * stride;
+    int32_t order[MAX_LANES];
+    shuffled(&w, g, order);
+    void *dev = NULL;
+    ck_assert(gpu_alloc(&dev, bytes, NULL, FILL));
+
+    capture_begin(&w);
+    ssm_status during = ssm_slots_export_pages_device(ctx, w.lanes, order, dev, stride, w.stream);
+    capture_end(&w, during, "ssm_slots_export_pages_device");
+    unsigned char *got = fetch(dev, bytes);
+    for (size_t at = 0; at < bytes; at++)
+        ck_assert_msg(got[at] == FILL, "byte %zu of the pages was written by the capture", at);
+    free(got);
+
+    unsigned char *first = NULL;
+    for (int launch = 0; launch < 2; launch++) {
+        if (launch > 0) { /* the slots change */
+            WORLD_OK(&w, gpu_step_lanes(&w, STEP_VERIFY, 0) && world_compare_exports(&w));
+            w.step++;
+        }
+        graph_launch(&w);
+        got = fetch(dev, bytes);
+        w.op = "device pages";
+        unsigned char *plain = device_pages(ctx, w.lanes, order, stride, w.stream);
+        unsigned char *host = host_pages(ctx, w.lanes, order, stride);
+        assert_pages(got, stride, plain, stride, w.lanes, n,
+                     "page from the graph vs the same call without one");
+        assert_pages(got, stride, host, stride, w.lanes, n, "page from the graph vs host page");
+        assert_gaps(got, w.lanes, stride, n);
+        free(plain);
+        free(host);
+        if (!first) {
+            first = got;
+            continue;
+        }
+        gpu_assert_payloads_differ(first, got, n,
+                                   "a page from the graph before and after a verify round");
+        free(first);
+        free(got);
+    }
+    graph_teardown();
+    gpu_free(dev);
+    world_close(&w);
+}
+END_TEST
+
+/* 8. The import of a batch into the lanes' slots of a CUDA context of
+ * another mode (slots in reverse order) captured once and launched four
+ * times, the device pages rewritten before each launch (stream-ordered,
+ * with the status array): P (the lanes' pages), R (P rotated by one, so
+ * each page changes its slot), S (P with page 1's payload spoiled) and P
+ * again. A twin context makes the same imports without a graph. After each
+ * launch: the statuses (all SSM_PAGE_ACCEPTED; for S, page 1
+ * SSM_PAGE_PAYLOAD_CHECKSUM and the others SSM_PAGE_NOT_LOADED) are the
+ * twin's; the slots' host pages are the batch's (for S, still R's) and the
+ * twin's, byte for byte; the flags are the twin's (SSM_FLAG_PAGE_REFUSED on
+ * every slot after S, none after the last P: the graph zeroes the refusal
+ * word at every launch). Capture itself wrote no status and changed no
+ * slot. */
+START_TEST(import_graph)
+{
+    world w;
+    int g;
+    gpu_page_world(&w, _i, 800 + (uint64_t)_i, "import in a graph", "device pages", &g);
+    int32_t count = w.lanes;
+    size_t n = ssm_page_bytes(w.side[g].ctx), stride = stride_for(n, 8);
+    size_t bytes = (size_t)count * stride, status_bytes = sizeof(int32_t) * (size_t)count;
+    unsigned char *p = host_pages(w.side[g].ctx, count, w.side[g].slot, stride);
+    unsigned char *r = malloc(bytes), *spoilt = malloc(bytes);
+    ck_assert(r && spoilt);
+    for (int32_t k = 0; k < count; k++)
+        memcpy(r + (size_t)k * stride, p + (size_t)((k + 1) % count) * stride, stride);
+    gpu_assert_payloads_differ(p, r, n, "a slot's page in P and in R");
+    memcpy(spoilt, p, bytes);
+    int32_t bad = spoil(&w, spoilt + stride, n, stride, SPOIL_PAYLOAD_BYTE);
+    const unsigned char *batch[4] = {p, r, spoilt, p}, *held[4] = {p, r, r, p};
+
+    const char *mode = gpu_modes[(_i + 1) % MODES];
+    int32_t slots[CAPACITY], twin_slots[CAPACITY], into[MAX_LANES], twin_into[MAX_LANES];
+    ssm_ctx *ctx = gpu_open_ctx(&w, mode, 1, CAPACITY, count, slots);
+    ssm_ctx *twin = gpu_open_ctx(&w, mode, 1, CAPACITY, count, twin_slots);
+    for (int32_t k = 0; k < count; k++) {
+        into[k] = slots[count - 1 - k];
+        twin_into[k] = twin_slots[count - 1 - k];
+    }
+    void *dev = NULL, *status_dev = NULL;
+    ck_assert(gpu_alloc(&dev, bytes, p, 0));
+    ck_assert(gpu_alloc(&status_dev, status_bytes, NULL, 0x7F));
+
+    capture_begin(&w);
+    ssm_status during = ssm_slots_import_pages_device(ctx, count, into, dev, stride, status_dev,
+                                                      w.stream);
+    capture_end(&w, during, "ssm_slots_import_pages_device");
+    int32_t *status = (int32_t *)fetch(status_dev, status_bytes);
+    for (int32_t k = 0; k < count; k++)
+        ck_assert_msg(status[k] == 0x7F7F7F7F, "status %d was written by the capture (%d)", (int)k,
+                      (int)status[k]);
+    free(status);
+    unsigned char *mine = host_pages(ctx, count, into, stride);
+    unsigned char *theirs = host_pages(twin, count, twin_into, stride);
+    assert_pages(mine, stride, theirs, stride, count, n, "a slot after the capture vs the twin's");
+    free(mine);
+    free(theirs);
+
+    for (int launch = 0; launch < 4; launch++) {
+        int refused = batch[launch] == spoilt;
+        CUDA_OK(cudaMemcpyAsync(dev, batch[launch], bytes, cudaMemcpyHostToDevice, w.stream));
+        CUDA_OK(cudaMemsetAsync(status_dev, 0x7F, status_bytes, w.stream));
+        graph_launch(&w);
+        status = (int32_t *)fetch(status_dev, status_bytes);
+        w.op = "device pages";
+        int32_t *want = device_import(twin, count, twin_into, batch[launch], stride, w.stream);
+        for (int32_t k = 0; k < count; k++) {
+            int32_t expected = !refused ? SSM_PAGE_ACCEPTED : k == 1 ? bad : SSM_PAGE_NOT_LOADED;
+            ck_assert_msg(status[k] == expected && want[k] == expected,
+                          "launch %d: page %d: status %d from the graph, %d without, want %d",
+                          launch, (int)k, (int)status[k], (int)want[k], (int)expected);
+        }
+        free(status);
+        free(want);
+        uint32_t flags = refused ? SSM_FLAG_PAGE_REFUSED : 0;
+        assert_flags(ctx, count, into, flags);
+        assert_flags(twin, count, twin_into, flags);
+        mine = host_pages(ctx, count, into, stride);
+        theirs = host_pages(twin, count, twin_into, stride);
+        assert_pages(mine, stride, held[launch], stride, count, n,
+                     "a slot after a graph launch vs the page it must hold");
+        assert_pages(mine, stride, theirs, stride, count, n,
+                     "a slot after a graph launch vs the twin's");
+        free(mine);
+        free(theirs);
+    }
+    graph_teardown();
+    gpu_free(dev);
+    gpu_free(status_dev);
+    ssm_ctx_destroy(ctx);
+    ssm_ctx_destroy(twin);
+    free(spoilt);
+    free(r);
+    free(p);
+    world_close(&w);
+}
+END_TEST
+
 /* ------------------------------------------------------------ the suite */
 
 static Suite *make_suite(void)
@@ -590,6 +721,11 @@ static Suite *make_suite(void)
     tcase_add_loop_test(tc, ranks, 0, n);
     tcase_add_loop_test(tc, large_batch, 0, n);
     suite_add_tcase(s, tc);
+    TCase *graphs = tcase_create("device pages in CUDA graphs");
+    tcase_add_checked_fixture(graphs, NULL, graph_teardown);
+    tcase_add_loop_test(graphs, export_graph, 0, n);
+    tcase_add_loop_test(graphs, import_graph, 0, n);
+    suite_add_tcase(s, graphs);
     return s;
 }
 
