@@ -4,6 +4,10 @@
 #include "kernels/math.h"
 #include "kernels/reference.h"
 
+/* The largest key dim a config takes (core/config_limits.h, SSM_MAX_HEAD_DIM):
+ * the room of a token's decays on the stack. */
+enum { MAX_KEY_DIM = 1024 };
+
 int64_t ssm_chunk_scratch_floats(int32_t k_dim, int32_t v_dim, int32_t chunk)
 {
     return (int64_t)chunk * k_dim * 2   /* G (per channel or one), W */
@@ -31,6 +35,21 @@ static float decay_between(const chunk_work *w, int32_t t, int32_t i, int32_t j)
 static float decay_from_start(const chunk_work *w, int32_t t, int32_t j)
 {
     return ssm_expf(w->G[(int64_t)t * w->gk + (w->gk == 1 ? 0 : j)]);
+}
+
+/* decay[j] = e^{G_t} of every key channel j < K (decay has room for the
+ * config's largest head dim, MAX_KEY_DIM): the values decay_from_start
+ * gives, taken once per token instead of once per use. */
+static void decays_from_start(const chunk_work *w, int32_t t, float *decay)
+{
+    if (w->gk == 1) {
+        float one = decay_from_start(w, t, 0);
+        for (int32_t j = 0; j < w->K; j++)
+            decay[j] = one;
+        return;
+    }
+    for (int32_t j = 0; j < w->K; j++)
+        decay[j] = decay_from_start(w, t, j);
 }
 
 /* Token t of the chunk starting at t0. */
@@ -88,24 +107,32 @@ static void chunk_inverse(chunk_work *w)
     }
 }
 
-/* W = T (beta e^G K), then U = T (beta V) - W S0^T. */
+/* W = T (beta e^G K), then U = T (beta V) - W S0^T. Token i's terms go into
+ * every row t >= i in turn (i outer), so each row still sums its terms in
+ * the order i = 0, 1, ..., t, and e^{G_i} is taken once per token. */
 static void chunk_deltas(chunk_work *w, const ssm_chunk_tokens *x, int64_t t0, const float *S)
 {
     int32_t c = w->c, K = w->K, V = w->V;
-    for (int32_t t = 0; t < c; t++) {
-        float *wt = w->W + (int64_t)t * K, *ut = w->U + (int64_t)t * V;
-        for (int32_t j = 0; j < K; j++)
-            wt[j] = 0.0f;
-        for (int32_t e = 0; e < V; e++)
-            ut[e] = 0.0f;
-        for (int32_t i = 0; i <= t; i++) {
+    float decay[MAX_KEY_DIM];
+    for (int64_t f = 0; f < (int64_t)c * K; f++)
+        w->W[f] = 0.0f;
+    for (int64_t f = 0; f < (int64_t)c * V; f++)
+        w->U[f] = 0.0f;
+    for (int32_t i = 0; i < c; i++) {
+        const float *ki = k_of(x, t0 + i), *vi = v_of(x, t0 + i);
+        decays_from_start(w, i, decay);
+        for (int32_t t = i; t < c; t++) {
+            float *wt = w->W + (int64_t)t * K, *ut = w->U + (int64_t)t * V;
             float tb = w->T[(int64_t)t * c + i] * beta_of(x, t0 + i);
-            const float *ki = k_of(x, t0 + i), *vi = v_of(x, t0 + i);
             for (int32_t j = 0; j < K; j++)
-                wt[j] += tb * decay_from_start(w, i, j) * ki[j];
+                wt[j] += tb * decay[j] * ki[j];
             for (int32_t e = 0; e < V; e++)
                 ut[e] += tb * vi[e];
         }
+    }
+    for (int32_t t = 0; t < c; t++) {
+        const float *wt = w->W + (int64_t)t * K;
+        float *ut = w->U + (int64_t)t * V;
         for (int32_t e = 0; e < V; e++) {
             const float *row = S + (int64_t)e * K;
             float recalled = 0.0f;
@@ -121,14 +148,16 @@ static void chunk_outputs(const chunk_work *w, const ssm_chunk_tokens *x, int64_
                           const float *S, float *o, int64_t o_stride)
 {
     int32_t c = w->c, K = w->K, V = w->V;
+    float decay[MAX_KEY_DIM];
     for (int32_t t = 0; t < c; t++) {
         const float *qt = q_of(x, t0 + t);
         float *ot = o + (t0 + t) * o_stride;
+        decays_from_start(w, t, decay);
         for (int32_t e = 0; e < V; e++) {
             const float *row = S + (int64_t)e * K;
             float acc = 0.0f;
             for (int32_t j = 0; j < K; j++)
-                acc += row[j] * decay_from_start(w, t, j) * qt[j];
+                acc += row[j] * decay[j] * qt[j];
             for (int32_t i = 0; i <= t; i++)
                 acc += w->QK[(int64_t)t * c + i] * w->U[(int64_t)i * V + e];
             ot[e] = acc;
@@ -136,23 +165,27 @@ static void chunk_outputs(const chunk_work *w, const ssm_chunk_tokens *x, int64_
     }
 }
 
-/* S = e^{G_last} S0 + sum_i u_i (D_last,i k_i)^T, rounded to the state dtype. */
+/* S = e^{G_last} S0 + sum_i u_i (D_last,i . k_i)^T, rounded to the state dtype.
+ * Row by row (e inner of i): each element still gets its one decay and then
+ * its terms in the order i = 0, 1, ..., c - 1. */
 static void chunk_state(const chunk_work *w, const ssm_chunk_tokens *x, int64_t t0,
                         ssm_dtype state_dtype, float *S)
 {
     int32_t c = w->c, K = w->K, V = w->V, last = c - 1;
-    for (int32_t j = 0; j < K; j++) {
-        float decay = decay_from_start(w, last, j);
-        for (int32_t e = 0; e < V; e++)
-            S[(int64_t)e * K + j] *= decay;
-    }
+    float scaled[MAX_KEY_DIM]; /* e^{G_last}, then D_last,i . k_i */
+    decays_from_start(w, last, scaled);
+    for (int32_t e = 0; e < V; e++)
+        for (int32_t j = 0; j < K; j++)
+            S[(int64_t)e * K + j] *= scaled[j];
     for (int32_t i = 0; i < c; i++) {
         const float *ki = k_of(x, t0 + i);
         const float *ui = w->U + (int64_t)i * V;
-        for (int32_t j = 0; j < K; j++) {
-            float kd = decay_between(w, last, i, j) * ki[j];
-            for (int32_t e = 0; e < V; e++)
-                S[(int64_t)e * K + j] += ui[e] * kd;
+        for (int32_t j = 0; j < K; j++)
+            scaled[j] = decay_between(w, last, i, j) * ki[j];
+        for (int32_t e = 0; e < V; e++) {
+            float *row = S + (int64_t)e * K;
+            for (int32_t j = 0; j < K; j++)
+                row[j] += ui[e] * scaled[j];
         }
     }
     for (int64_t e = 0; e < (int64_t)V * K; e++)

@@ -8,7 +8,9 @@
 # folds counted; bad usage and a budget that holds no request exit 2 with
 # one line on stderr; a spoiled output (SSMSTATE_SERVE_TEST_SPOIL) fails the
 # check and exits 1; --device cuda runs every mode on a GPU (exit 0, every
-# mode holding requests) and exits 77 only where there is no GPU or no CUDA.
+# mode holding requests) and exits 77 only where there is no GPU or no CUDA;
+# the cross-check gives the same lines, JSON and exit status on 1 thread and
+# on 3 (--check-threads), passed and spoiled.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 check_png="$SSM_TOP_BUILDDIR/tests/check_png"
@@ -34,7 +36,7 @@ report() { # status, name
 small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
        --chunk 32 --check 3 --seed 5 --quiet"
 
-echo "1..12"
+echo "1..13"
 # shellcheck disable=SC2086 # $small is several words on purpose
 "$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
     --plot "$tmp/run.png" >"$tmp/out" 2>"$tmp/err"
@@ -139,4 +141,31 @@ if [ "$ok" -ne 0 ]; then
 fi
 : >"$tmp/err" # shown above; report() need not repeat it
 report "$ok" "--device cuda: every mode runs on a GPU, 77 without one (exit $rc)"
+
+# The check on one thread and on three: the same check lines, JSON check
+# objects and exit status (native bit for bit, replay's identity outputs
+# within the bound), passed, then spoiled. 3 requests x 2 layers: 6 replays.
+{ cat "$config"; echo "outputs = identity"; } >"$tmp/identity.ini" # [replay] is last
+same=0
+for spoil in "" SSMSTATE_SERVE_TEST_SPOIL=1; do
+    for threads in 1 3; do
+        # shellcheck disable=SC2086 # $spoil is nothing or one assignment
+        env $spoil "$ssmstate" serve "$tmp/identity.ini" $small \
+            --modes native,replay --state f32 --check-threads "$threads" \
+            --json "$tmp/threads$threads.json" >"$tmp/threads$threads.out" 2>>"$tmp/err"
+        echo "exit $?" >"$tmp/checks$threads"
+        grep "^  check " "$tmp/threads$threads.out" >>"$tmp/checks$threads"
+        grep -o '"check":{[^}]*}' "$tmp/threads$threads.json" >>"$tmp/checks$threads"
+    done
+    [ "$(grep -c '"check":{' "$tmp/checks1")" -eq 2 ] &&
+        diff "$tmp/checks1" "$tmp/checks3" >>"$tmp/err" || same=1
+    if [ -z "$spoil" ]; then
+        [ "$(grep -c '^  check [a-z]*: 3 requests .*: pass$' "$tmp/checks1")" -eq 2 ] &&
+            grep -qx "exit 0" "$tmp/checks1" || same=1
+    else
+        [ "$(grep -c '^  check [a-z]*: .*: FAIL$' "$tmp/checks1")" -eq 2 ] &&
+            grep -qx "exit 1" "$tmp/checks1" || same=1
+    fi
+done
+report "$same" "the check's result does not depend on --check-threads (1 and 3)"
 [ "$fails" -eq 0 ]

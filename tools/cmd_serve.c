@@ -29,7 +29,7 @@ enum { MAX_CONFIGS = 8 };
 static const char usage_line[] =
     "ssmstate serve CONFIG... [--modes LIST] [--state f32,bf16] [--device cpu|cuda[:N]] "
     "[--state-budget SIZE] [--concurrency LIST] [--steps N] [--warmup-steps N] [--check N] "
-    "[--check-layers ends|all|LIST] "
+    "[--check-layers ends|all|LIST] [--check-threads N] "
     "[--seed N] [--rate R|auto] [--prompt MIN:MAX] [--output MIN:MAX] [--chunk N] "
     "[--accept P] [--json FILE] [--plot FILE.png] [--quiet]";
 
@@ -54,6 +54,8 @@ static const char help_text[] =
     "  --check N            requests cross-checked on the CPU (default 4; 0: none)\n"
     "  --check-layers L     their layers: ends (first, middle, last; the default),\n"
     "                       all, or indices 0,17,35\n"
+    "  --check-threads N    threads replaying the check (default: one per online\n"
+    "                       CPU; 1: one at a time); any N gives the same result\n"
     "  --seed N             workload and data seed (default 1)\n"
     "  --rate R|auto        arrivals per step (default auto: keeps the cap full)\n"
     "  --prompt MIN:MAX     prompt lengths, log-uniform (default 64:4096)\n"
@@ -180,6 +182,7 @@ static int parse_option(int opt, char *arg, serve_options *o, const char **json,
     case 'L':
         o->check_layers = arg;
         return check_layers_syntax(arg);
+    case 'T': return parse_int(arg, 1, 4096, &o->check_threads);
     case 'S':
         if (parse_long(arg, 0, 0x7fffffffL, &seed) != 0)
             return -1;
@@ -217,6 +220,7 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
         {"warmup-steps", required_argument, NULL, 'w'},
         {"check", required_argument, NULL, 'k'},
         {"check-layers", required_argument, NULL, 'L'},
+        {"check-threads", required_argument, NULL, 'T'},
         {"seed", required_argument, NULL, 'S'},
         {"rate", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},

@@ -3,9 +3,10 @@
  * contexts, and every output of the checked layers (and each finished
  * request's final state there) compared with what the run wrote, by
  * tools/compare.h. Each (request, layer) is replayed on its own through a
- * one-layer CPU context (layers are independent), on several threads; a
+ * one-layer CPU context (layers are independent), on a pool of threads; a
  * layer's outputs of the whole request are compared as one tensor, as SPEC
- * 3.5 reads relative RMS ("over the whole tensor"). */
+ * 3.5 reads relative RMS ("over the whole tensor"). The result does not
+ * depend on the number of threads. */
 #ifndef SSM_TOOLS_SERVE_CHECK_H
 #define SSM_TOOLS_SERVE_CHECK_H
 
@@ -28,9 +29,14 @@ int32_t serve_check_layers(const char *spec, int32_t layers, uint8_t *mask);
  * host copies. `result` comes with against, outputs_bitwise and
  * states_bitwise set; this fills the rest: ran = 1, the counts, the
  * difference, pass, and error when the check could not run (pass 0 then).
- * With no logged call at all the check fails and says so. */
+ * With no logged call at all the check fails and says so. The (request,
+ * layer) replays run on `threads` threads, the calling one among them (0:
+ * one per online CPU), never more than there are replays; whatever the
+ * count, the result is what running them one by one in (request, layer)
+ * order gives: every difference up to the first replay that failed, and
+ * that replay's error. */
 void serve_check_run(const ssm_config *base, const char *mode, ssm_dtype state_dtype,
                      const serve_data *data, serve_log *const *logs, int32_t count,
-                     serve_check_result *result);
+                     int32_t threads, serve_check_result *result);
 
 #endif

@@ -130,7 +130,8 @@ static void sweep(serve_engine *e, const ssm_config *c, const serve_options *o,
             fprintf(stderr, "serve: %s %s %s: checking %d requests against %s\n",
                     ssm_model_kind_name(c->model.kind), ssm_dtype_name(c->state_dtype), m->mode,
                     o->check, m->check.against);
-        serve_check_run(c, against, c->state_dtype, data, logs, o->check, &m->check);
+        serve_check_run(c, against, c->state_dtype, data, logs, o->check, o->check_threads,
+                        &m->check);
     }
     for (int32_t i = 0; logs && i < o->check; i++)
         serve_log_destroy(logs[i]);
