@@ -1069,18 +1069,26 @@ START_TEST(test_cpu_context_is_a_no_op)
 }
 END_TEST
 
+/* A native context that tunes into `path` through the fake runner (the_fake
+ * set up by the caller): its config in *c, its creation's report in *r. */
+static ssm_ctx *fake_tuned_context(const char *path, ssm_config *c, ssm_tune_report *r)
+{
+    ssm_tuning_test_hook(&fake_runner, "fake");
+    small_config(c, "native", SSM_TUNING_TUNE, path);
+    ssm_ctx *ctx = NULL;
+    EXPECT(ssm_ctx_create(c, &ctx), SSM_OK);
+    EXPECT(ssm_ctx_tune_report(ctx, r), SSM_OK);
+    return ctx;
+}
+
 /* Through the test hook a CPU context tunes like a CUDA one. */
 START_TEST(test_context_tunes_through_the_hook)
 {
     char *dir = temp_dir(), *path = path_in(dir, "ctx.cache");
     memset(&the_fake, 0, sizeof the_fake);
-    ssm_tuning_test_hook(&fake_runner, "fake");
     ssm_config c;
-    small_config(&c, "native", SSM_TUNING_TUNE, path);
-    ssm_ctx *ctx = NULL;
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
     ssm_tune_report r;
-    EXPECT(ssm_ctx_tune_report(ctx, &r), SSM_OK);
+    ssm_ctx *ctx = fake_tuned_context(path, &c, &r);
     /* capacity 4: buckets 0..2, two families */
     ck_assert_int_eq(r.tuned, 6);
     ck_assert_int_eq(r.failed, 3);
@@ -1165,13 +1173,9 @@ START_TEST(test_no_save_when_nothing_changed)
     char *dir = temp_dir(), *path = path_in(dir, "same.cache");
     memset(&the_fake, 0, sizeof the_fake);
     the_fake.oom_rows = 2; /* buckets 1 and 2: every candidate out of memory */
-    ssm_tuning_test_hook(&fake_runner, "fake");
     ssm_config c;
-    small_config(&c, "native", SSM_TUNING_TUNE, path);
-    ssm_ctx *ctx = NULL;
-    EXPECT(ssm_ctx_create(&c, &ctx), SSM_OK);
     ssm_tune_report r;
-    EXPECT(ssm_ctx_tune_report(ctx, &r), SSM_OK);
+    ssm_ctx *ctx = fake_tuned_context(path, &c, &r);
     ck_assert_int_eq(r.tuned, 2);
     ck_assert_int_eq(r.untuned, 4);
     ck_assert_int_eq(r.saved, 1);
