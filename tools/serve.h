@@ -25,7 +25,7 @@ typedef struct serve_options {
     int32_t warmup_steps;    /* the most warm-up steps per level */
     int32_t check;           /* requests cross-checked (0: none) */
     const char *check_layers;/* their layers (serve_check_layers); NULL: "ends" */
-    int32_t check_threads;   /* threads replaying the check; 0: one per online CPU */
+    int32_t check_threads;   /* threads replaying the check; 0: one per usable CPU */
     uint64_t budget;         /* state bytes; 0: the device's default */
     ssm_dtype states[2];
     int32_t states_count;

@@ -8,8 +8,10 @@
  * difference and error, and they are merged in (request, layer) order up to
  * the first unit that failed, as one thread running them in order would, so
  * the outcome does not depend on the thread count. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,13 +286,23 @@ static void merge(compare_difference *into, const compare_difference *d)
         into->max_output_ulps = d->max_output_ulps;
 }
 
-/* Threads for `units` units: `requested`, or one per online CPU when 0; at
+/* CPUs this process may run on (its affinity mask, which a container's
+ * cpuset narrows), else the online ones. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* Threads for `units` units: `requested`, or one per usable CPU when 0; at
  * most one per unit, at least one. */
 static int32_t thread_count(int32_t requested, int64_t units)
 {
     long n = requested;
     if (n <= 0)
-        n = sysconf(_SC_NPROCESSORS_ONLN);
+        n = usable_cpus();
     if (n > units)
         n = (long)units;
     return n > 0 ? (int32_t)n : 1;

@@ -31,7 +31,7 @@ int32_t serve_check_layers(const char *spec, int32_t layers, uint8_t *mask);
  * difference, pass, and error when the check could not run (pass 0 then).
  * With no logged call at all the check fails and says so. The (request,
  * layer) replays run on `threads` threads, the calling one among them (0:
- * one per online CPU), never more than there are replays; whatever the
+ * one per CPU of the affinity mask), never more than there are replays; whatever the
  * count, the result is what running them one by one in (request, layer)
  * order gives: every difference up to the first replay that failed, and
  * that replay's error. */
