@@ -35,6 +35,8 @@ int cmd_run_modes(const char *config_path, const char *modes, int show_progress)
  * compact, replay) or distinct names under 64 bytes, at most `max`. Both
  * return 0, or -1 for a bad list. */
 int cli_split_list(char *text, char **items, int max);
+/* A whole decimal integer in [min, max] into *out; 0, or -1 (*out untouched). */
+int cli_parse_long(const char *text, long min, long max, long *out);
 int cli_parse_states(char *text, ssm_dtype states[2], int32_t *count);
 int cli_parse_modes(char *text, const char **modes, int max, int32_t *count);
 

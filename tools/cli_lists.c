@@ -1,7 +1,21 @@
-/* The comma-separated option lists `bench` and `serve` share (cli.h). */
+/* The comma-separated option lists and the integers `bench` and `serve`
+ * share (cli.h). */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+
+int cli_parse_long(const char *text, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (errno || end == text || *end || value < min || value > max)
+        return -1;
+    *out = value;
+    return 0;
+}
 
 int cli_split_list(char *text, char **items, int max)
 {

@@ -56,10 +56,8 @@ enum { PARSED_HELP = -1 };
 /* Parses "N" in [min, max]; returns 0 or -1. */
 static int parse_count(const char *text, int32_t min, int32_t max, int32_t *out)
 {
-    char *end;
-    errno = 0;
-    long value = strtol(text, &end, 10);
-    if (errno || end == text || *end || value < min || value > max)
+    long value;
+    if (cli_parse_long(text, min, max, &value) != 0)
         return -1;
     *out = (int32_t)value;
     return 0;

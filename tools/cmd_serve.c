@@ -75,23 +75,11 @@ enum { PARSED_HELP = -1 };
 
 /* ------------------------------------------------------------- parsing */
 
-/* A decimal integer in [min, max]; 0, or -1. */
-static int parse_long(const char *text, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long value = strtol(text, &end, 10);
-    if (errno || end == text || *end || value < min || value > max)
-        return -1;
-    *out = value;
-    return 0;
-}
-
-/* parse_long into an int32_t. */
+/* cli_parse_long into an int32_t. */
 static int parse_int(const char *text, int32_t min, int32_t max, int32_t *out)
 {
     long value;
-    if (parse_long(text, min, max, &value) != 0)
+    if (cli_parse_long(text, min, max, &value) != 0)
         return -1;
     *out = (int32_t)value;
     return 0;
@@ -185,7 +173,7 @@ static int parse_option(int opt, char *arg, serve_options *o, const char **json,
         return check_layers_syntax(arg);
     case 'T': return parse_int(arg, 1, 4096, &o->check_threads);
     case 'S':
-        if (parse_long(arg, 0, 0x7fffffffL, &seed) != 0)
+        if (cli_parse_long(arg, 0, 0x7fffffffL, &seed) != 0)
             return -1;
         o->workload.seed = (uint64_t)seed;
         return 0;
