@@ -324,14 +324,26 @@ ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t c
     return export_pages(ctx, 1, &slot, page, capacity);
 }
 
-/* A page checked against the context, ready to load: its payload of the
- * context's heads (in the page, or in `taken`, the context's heads copied
- * out of a page that holds more), and the pointer arrays to load it by. */
+/* A page checked against the context, ready to load: the page's length
+ * (header and payload), its payload of the context's heads (in the page, or
+ * in `taken`, the context's heads copied out of a page that holds more) and
+ * the pointer arrays to load it by. A context that loads batches on the
+ * device (import_stageable) needs neither copy nor pointers. */
 typedef struct prepared_import {
+    uint64_t page_bytes;
     const unsigned char *payload;
     unsigned char *taken;
     void **conv, **state;
 } prepared_import;
+
+/* Whether a context's imports load as one device batch: a CUDA context
+ * whose mode has import_slots. A page that holds more heads than the
+ * context's goes to the device whole; the check kernel finds the
+ * context's heads in it (docs/pages.md, "Ranks"). */
+static int import_stageable(const ssm_ctx *ctx)
+{
+    return on_device(ctx) && ctx->mode->import_slots;
+}
 
 static void import_release(prepared_import *p)
 {
@@ -356,8 +368,11 @@ static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, s
         status = page_matches(ctx, &i);
     if (status != SSM_OK)
         return status;
-    info_of_context(ctx, &want);
+    p->page_bytes = i.page_bytes;
     p->payload = (const unsigned char *)page + PAGE_HEADER_BYTES;
+    if (import_stageable(ctx))
+        return SSM_OK;
+    info_of_context(ctx, &want);
     if (i.head_first != want.head_first || i.head_end != want.head_end) {
         p->taken = ssm_malloc((size_t)want.payload_bytes);
         if (!p->taken)
@@ -385,8 +400,9 @@ static ssm_status import_load(ssm_ctx *ctx, int32_t slot, const prepared_import 
 }
 
 /* Loads prepared pages into slots[k], one mode import per slot (a CPU
- * context, or pages import_stageable refuses). A CUDA context copies every payload
- * into one staging buffer (count payloads) before any import, so a failed
+ * context, or a CUDA context import_stageable refuses: an ABI 0.1 plugin).
+ * A CUDA context copies every payload into one staging buffer (count
+ * payloads) before any import, so a failed
  * allocation or copy leaves every slot as it was; then the modes' imports
  * run from it and are waited for. */
 static ssm_status import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots,
@@ -417,29 +433,22 @@ static ssm_status import_pages(ssm_ctx *ctx, int32_t count, const int32_t *slots
     return status;
 }
 
-/* Whether checked pages can load as one device batch: a CUDA context whose
- * mode has import_slots, every page of exactly the context's heads (none
- * needed a slice taken out of it). */
-static int import_stageable(const ssm_ctx *ctx, int32_t count, const prepared_import *p)
-{
-    if (!on_device(ctx) || !ctx->mode->import_slots)
-        return 0;
-    for (int32_t k = 0; k < count; k++)
-        if (p[k].taken)
-            return 0;
-    return 1;
-}
-
 /* A CUDA context's import of a batch the host has checked whole
- * (import_prepare, import_stageable): every page and a status word each
- * into one staging buffer, then the device pages' import, which checks the
- * pages again and loads all or none (one launch per SSM_PAGE_LAUNCH_SLOTS
- * pages), waited for. A page the device refuses after the host's checks
- * passed is SSM_ERR_INTERNAL, and no slot changed. */
+ * (import_prepare, import_stageable): every page, whole, and a status word
+ * each into one staging buffer (room for the longest page of the batch a
+ * page: a rank's context may be given pages of more heads), then the
+ * device pages' import, which checks the pages again, takes the context's
+ * heads out of each and loads all or none (one launch per
+ * SSM_PAGE_LAUNCH_SLOTS pages), waited for. A page the device refuses
+ * after the host's checks passed is SSM_ERR_INTERNAL, and no slot changed. */
 static ssm_status import_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t *slots,
-                                      const unsigned char *pages, size_t stride)
+                                      const unsigned char *pages, size_t stride,
+                                      const prepared_import *p)
 {
-    const size_t bytes = (size_t)ssm_page_bytes(ctx), room = staged_room(ctx);
+    size_t room = staged_room(ctx);
+    for (int32_t k = 0; k < count; k++)
+        if ((size_t)p[k].page_bytes > room)
+            room = ((size_t)p[k].page_bytes + 7) & ~(size_t)7;
     const size_t statuses_at = room * (size_t)count;
     int32_t *statuses = ssm_calloc((size_t)count, sizeof *statuses);
     if (!statuses)
@@ -449,7 +458,7 @@ static ssm_status import_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t
         ssm_page_staging_open(ctx, statuses_at + sizeof *statuses * (size_t)count, &staging);
     for (int32_t k = 0; k < count && status == SSM_OK; k++)
         status = ssm_page_staging_write(&staging, (size_t)k * room, pages + (size_t)k * stride,
-                                        bytes);
+                                        (size_t)p[k].page_bytes);
     if (status == SSM_OK)
         status = ssm_device_pages_import_checked(ctx, count, slots, staging.device, room,
                                                  (int32_t *)(staging.device + statuses_at),
@@ -475,8 +484,8 @@ static ssm_status import_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t
 static ssm_status import_checked(ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                  const unsigned char *pages, size_t stride, prepared_import *p)
 {
-    if (import_stageable(ctx, count, p))
-        return import_pages_staged(ctx, count, slots, pages, stride);
+    if (import_stageable(ctx))
+        return import_pages_staged(ctx, count, slots, pages, stride, p);
     return import_pages(ctx, count, slots, p);
 }
 

@@ -26,7 +26,8 @@
  *    each slot with the page 3 single imports give another context.
  * 5. ranks: two CUDA contexts holding half the value heads each (other
  *    modes) import the CUDA page and export exactly its slices; merged,
- *    their pages give the page back byte for byte.
+ *    their pages give the page back byte for byte. Whole pages imported
+ *    into a rank as one batch leave each slot with the page's slice.
  *
  * Controls, so that no comparison passes vacuously: the pages of two lanes
  * differ, a payload is not all zero, a decode changes the page, a good
@@ -342,11 +343,13 @@ START_TEST(rank_pages)
     world w;
     int g;
     gpu_page_world(&w, _i, 500 + (uint64_t)_i, "ranks", "pages", &g);
-    int32_t per = w.m.value_heads / 2, slot[2];
+    int32_t per = w.m.value_heads / 2, slot[2], spare[2][2];
     ssm_ctx *rank[2];
-    for (int k = 0; k < 2; k++)
-        rank[k] =
-            gpu_open_rank(&w, gpu_modes[(_i + 1 + k) % MODES], k * per, per, 2, &slot[k], 1);
+    for (int k = 0; k < 2; k++) {
+        rank[k] = gpu_open_rank(&w, gpu_modes[(_i + 1 + k) % MODES], k * per, per, 3, spare[k],
+                                2);
+        slot[k] = spare[k][0];
+    }
     size_t n = ssm_page_bytes(w.side[g].ctx);
     unsigned char *merged = malloc(n);
     ck_assert_ptr_nonnull(merged);
@@ -376,6 +379,31 @@ START_TEST(rank_pages)
         free(p);
     }
     free(merged);
+
+    /* Whole pages into ranks as one batch (stride past the page, slots in
+     * the other order): each slot holds the rank's slice of its page. */
+    size_t stride = n + 24;
+    unsigned char *batch = malloc(2 * stride);
+    ck_assert_ptr_nonnull(batch);
+    int32_t from[2] = {w.side[g].slot[1], w.side[g].slot[0]};
+    EXPECT(ssm_slots_export_pages(w.side[g].ctx, 2, from, batch, stride), SSM_OK);
+    for (int k = 0; k < 2; k++) {
+        int32_t into[2] = {spare[k][1], spare[k][0]};
+        EXPECT(ssm_slots_import_pages(rank[k], 2, into, batch, stride), SSM_OK);
+        size_t bytes = ssm_page_bytes(rank[k]), written = 0;
+        unsigned char *want = malloc(bytes);
+        ck_assert_ptr_nonnull(want);
+        for (int b = 0; b < 2; b++) {
+            EXPECT(ssm_page_slice(batch + (size_t)b * stride, n, k * per, (k + 1) * per, want,
+                                  bytes, &written),
+                   SSM_OK);
+            unsigned char *got = page_of(rank[k], into[b]);
+            gpu_assert_same(got, want, bytes, "a rank's batch import vs the slice", b);
+            free(got);
+        }
+        free(want);
+    }
+    free(batch);
     for (int k = 0; k < 2; k++)
         ssm_ctx_destroy(rank[k]);
     world_close(&w);
