@@ -1,8 +1,5 @@
-/* Units of `ssmstate serve` (issue 8, item 3):
- * - tools/png.c: CRC-32 and Adler-32 of known strings, continued sums, and
- *   encoded images (one stored block and several) accepted by the tests'
- *   own checker (tests/png_validate.h), a corrupted one refused, bad images
- *   refused by the encoder;
+/* Units of `ssmstate serve` (issue 8, item 3; the PNG encoder has
+ * tests/check_png_encode.c):
  * - tools/chart.c and tools/plot.c: tick steps, tick labels, a line's pixels;
  * - tools/serve_workload.c: determinism (same seed, same numbers, whatever
  *   the order of the questions), Poisson arrivals (mean gap 1 / rate, counts
@@ -13,94 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/png_validate.h"
 #include "tests/runner.h"
 #include "tools/chart.h"
 #include "tools/plot.h"
-#include "tools/png.h"
 #include "tools/serve_workload.h"
-
-/* ------------------------------------------------------------------ png */
-
-START_TEST(crc32_known_values)
-{
-    const char *fox = "The quick brown fox jumps over the lazy dog";
-    ck_assert_uint_eq(png_crc32(0, "", 0), 0);
-    ck_assert_uint_eq(png_crc32(0, "123456789", 9), 0xcbf43926u);
-    ck_assert_uint_eq(png_crc32(0, fox, strlen(fox)), 0x414fa339u);
-    ck_assert_uint_eq(png_crc32(0, "IEND", 4), 0xae426082u); /* every PNG's last four bytes */
-    ck_assert_uint_eq(png_crc32(png_crc32(0, "1234", 4), "56789", 5), 0xcbf43926u);
-    ck_assert_uint_eq(png_validate_crc32((const uint8_t *)fox, strlen(fox)), 0x414fa339u);
-}
-END_TEST
-
-START_TEST(adler32_known_values)
-{
-    ck_assert_uint_eq(png_adler32(1, "", 0), 1);
-    ck_assert_uint_eq(png_adler32(1, "Wikipedia", 9), 0x11e60398u);
-    ck_assert_uint_eq(png_adler32(1, "abc", 3), 0x024d0127u);
-    ck_assert_uint_eq(png_adler32(png_adler32(1, "Wiki", 4), "pedia", 5), 0x11e60398u);
-    /* Past the modulus many times over: both implementations agree. */
-    enum { N = 100000 };
-    uint8_t *bytes = malloc(N);
-    ck_assert_ptr_nonnull(bytes);
-    for (int i = 0; i < N; i++)
-        bytes[i] = (uint8_t)(255 - i % 7);
-    ck_assert_uint_eq(png_adler32(1, bytes, N), png_validate_adler32(bytes, N));
-    free(bytes);
-}
-END_TEST
-
-static const uint8_t test_palette[3][3] = {{255, 255, 255}, {0, 0, 0}, {255, 0, 0}};
-
-/* Encodes a width x height image of a pattern and validates it. */
-static void encode_and_validate(int32_t width, int32_t height)
-{
-    uint8_t *pixels = malloc((size_t)width * (size_t)height);
-    ck_assert_ptr_nonnull(pixels);
-    for (int32_t i = 0; i < width * height; i++)
-        pixels[i] = (uint8_t)(i % 3);
-    const png_image image = {width, height, pixels, test_palette, 3};
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    ck_assert_int_eq(png_encode(&image, &bytes, &len), 0);
-    png_facts facts;
-    char why[256] = "";
-    ck_assert_msg(png_validate(bytes, len, &facts, why, sizeof why) == 0, "%s", why);
-    ck_assert_uint_eq(facts.width, (uint32_t)width);
-    ck_assert_uint_eq(facts.height, (uint32_t)height);
-    ck_assert_uint_eq(facts.color_type, 3);
-    ck_assert_uint_eq(facts.palette_colors, 3);
-    ck_assert_uint_eq(facts.pixel_bytes, (size_t)(width + 1) * (size_t)height);
-    /* A flipped pixel byte breaks the IDAT chunk's CRC. */
-    bytes[len - 12 - 10] ^= 1;
-    ck_assert_int_ne(png_validate(bytes, len, &facts, why, sizeof why), 0);
-    ck_assert_ptr_nonnull(strstr(why, "CRC"));
-    free(bytes);
-    free(pixels);
-}
-
-START_TEST(encoded_images_validate)
-{
-    encode_and_validate(3, 2);     /* one stored block */
-    encode_and_validate(300, 300); /* 90300 bytes: two stored blocks */
-    encode_and_validate(1, 1);
-}
-END_TEST
-
-START_TEST(bad_images_refused)
-{
-    uint8_t pixels[4] = {0, 1, 2, 3}; /* 3 is past a 3-color palette */
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    png_image image = {2, 2, pixels, test_palette, 3};
-    ck_assert_int_eq(png_encode(&image, &bytes, &len), -1);
-    image.colors = 4;
-    image.width = 0;
-    ck_assert_int_eq(png_encode(&image, &bytes, &len), -1);
-    ck_assert_ptr_null(bytes);
-}
-END_TEST
 
 /* ---------------------------------------------------------- plot, chart */
 
@@ -251,12 +164,6 @@ END_TEST
 Suite *make_suite(void)
 {
     Suite *s = suite_create("serve_units");
-    TCase *png = tcase_create("png");
-    tcase_add_test(png, crc32_known_values);
-    tcase_add_test(png, adler32_known_values);
-    tcase_add_test(png, encoded_images_validate);
-    tcase_add_test(png, bad_images_refused);
-    suite_add_tcase(s, png);
     TCase *plot = tcase_create("plot");
     tcase_add_test(plot, chart_ticks_and_labels);
     tcase_add_test(plot, plot_draws_clipped);

@@ -1,6 +1,8 @@
 /* A self-contained PNG encoder for the plots of `ssmstate serve`: an 8-bit
- * palette image in one IDAT chunk whose zlib stream holds stored
- * (uncompressed) deflate blocks, so no compression library is needed
+ * palette image in one IDAT chunk whose zlib stream is one deflate block
+ * with the fixed Huffman codes (RFC 1951 3.2.6) and a greedy LZ77 matcher
+ * that tries two distances, 1 (runs of one colour) and one scanline (rows
+ * that repeat the row above), so no compression library is needed
  * (docs/serve.md says why). CRC-32 of the chunks and Adler-32 of the zlib
  * stream are computed here. */
 #ifndef SSM_TOOLS_PNG_H
