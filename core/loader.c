@@ -1,7 +1,8 @@
 /* Plugin loading, after UCX's module loader: RTLD_NOW|RTLD_LOCAL so a bad
  * plugin fails at load and cannot leak symbols into others; dladdr() to be
  * sure the entry symbol really is the file's own (and not one of a library it
- * pulled in); unload on any failed check. A plugin that passes is pinned
+ * pulled in), and that its table names the mode its file is named for;
+ * unload on any failed check. A plugin that passes is pinned
  * (RTLD_NODELETE): it stays mapped for the process's life, closing it only
  * drops the handle, and a second dlopen of the file gets the mapped one back.
  * A CUDA plugin registers its device code with the CUDA runtime when mapped
@@ -81,18 +82,38 @@ static ssm_status check_table(const char *path, const char *symbol, const ssm_pl
     return SSM_OK;
 }
 
-/* Marks the loaded file `path` never to be unmapped (see the top). */
+/* Marks the loaded file `path` never to be unmapped (see the top). A
+ * failure costs only that: it is logged, and dlerror() is cleared. */
 static void pin(const char *path)
 {
+    dlerror();
     void *again = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
     if (again)
         dlclose(again);
+    else
+        ssm_log(2, "could not pin plugin %s: %s", path, dlerror());
 }
 
-ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
+/* The mode a plugin file is named for: its name without directory and ".so". */
+static void mode_of_path(const char *path, char *out, size_t size)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t len = strlen(base);
+    if (len > 3 && strcmp(base + len - 3, ".so") == 0)
+        len -= 3;
+    snprintf(out, size, "%.*s", (int)len, base);
+}
+
+ssm_status ssm_loader_open_file(const char *path, const char *mode, ssm_loaded_plugin *out)
 {
     if (strlen(path) >= sizeof out->path)
         return ssm_error_set(SSM_ERR_PLUGIN, "plugin path too long: %s", path);
+    char named[256];
+    if (mode)
+        snprintf(named, sizeof named, "%s", mode);
+    else
+        mode_of_path(path, named, sizeof named);
     dlerror();
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle)
@@ -110,9 +131,14 @@ ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out)
                      entry_points[i].version);
             continue;
         }
-        ssm_status status = check_table(path, symbol, (const ssm_plugin_v1 *)address);
+        const ssm_plugin_v1 *table = (const ssm_plugin_v1 *)address;
+        ssm_status status = check_table(path, symbol, table);
+        if (status == SSM_OK && strcmp(table->name, named) != 0)
+            status = ssm_error_set(SSM_ERR_PLUGIN,
+                                   "%s: file is named for mode '%s' but its table says '%s'",
+                                   path, named, table->name);
         if (status != SSM_OK) {
-            dlclose(handle);
+            dlclose(handle); /* not pinned yet: a refused file is unmapped */
             return status;
         }
         pin(path);
@@ -202,17 +228,10 @@ ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_lo
                              "$SSMSTATE_PLUGIN_PATH)",
                              mode, search.tried[0] ? search.tried : "no directory");
     ssm_loaded_plugin loaded = {0};
-    ssm_status status = ssm_loader_open_file(search.found, &loaded);
-    if (status != SSM_OK)
-        return status;
-    if (strcmp(loaded.table->name, mode) != 0) {
-        ssm_error_set(SSM_ERR_PLUGIN, "%s: file is named for mode '%s' but its table says '%s'",
-                      search.found, mode, loaded.table->name);
-        ssm_loader_close(&loaded);
-        return SSM_ERR_PLUGIN;
-    }
-    *out = loaded;
-    return SSM_OK;
+    ssm_status status = ssm_loader_open_file(search.found, mode, &loaded);
+    if (status == SSM_OK)
+        *out = loaded;
+    return status;
 }
 
 struct file_walk {

@@ -21,9 +21,11 @@ ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_lo
 
 /* Loads one file and checks it is a plugin this library speaks: probes the
  * entry symbols newest first, checks that the symbol lives in that file,
- * its ABI version and table size (at least SSM_PLUGIN_V1_MIN_SIZE), and
- * that every required method is set. */
-ssm_status ssm_loader_open_file(const char *path, ssm_loaded_plugin *out);
+ * its ABI version and table size (at least SSM_PLUGIN_V1_MIN_SIZE), that
+ * every required method is set, and that the table's name is `mode` (NULL:
+ * the file's name without directory and ".so"). Only a file that passes is
+ * pinned (never unmapped); a refused one is unloaded. */
+ssm_status ssm_loader_open_file(const char *path, const char *mode, ssm_loaded_plugin *out);
 
 /* The plugin's table as this library's struct: the plugin's own bytes
  * (struct_size of them), the entries of a shorter (older) table NULL. The

@@ -41,7 +41,7 @@ static int list_file(const char *path, void *user)
     snprintf(info.path, sizeof info.path, "%s", path);
     snprintf(info.name, sizeof info.name, "%s", name);
     ssm_loaded_plugin loaded = {0};
-    info.status = ssm_loader_open_file(path, &loaded);
+    info.status = ssm_loader_open_file(path, NULL, &loaded);
     if (info.status == SSM_OK) {
         info.abi_version = loaded.table->abi_version;
         info.mode_version = loaded.table->mode_version;

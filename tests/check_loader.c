@@ -37,7 +37,7 @@ START_TEST(test_wrong_abi_refused)
     char path[4096];
     snprintf(path, sizeof path, "%s/wrong_abi.so", test_plugin_dir());
     ssm_loaded_plugin p = {0};
-    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_int_eq(ssm_loader_open_file(path, NULL, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has(path);
     ck_assert_error_has("ssm_plugin_entry_v1");
     ck_assert_error_has("ABI version 99");
@@ -51,7 +51,7 @@ START_TEST(test_library_without_symbol_refused)
     char path[4096];
     snprintf(path, sizeof path, "%s/no_symbol.so", test_plugin_dir());
     ssm_loaded_plugin p = {0};
-    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_int_eq(ssm_loader_open_file(path, NULL, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has("is not an ssmstate plugin");
     ck_assert_error_has("ssm_plugin_entry_v1 (v1)");
     ck_assert_error_has(path);
@@ -65,7 +65,7 @@ START_TEST(test_old_table_accepted)
     char path[4096];
     snprintf(path, sizeof path, "%s/old_table.so", test_plugin_dir());
     ssm_loaded_plugin p = {0};
-    ck_assert_msg(ssm_loader_open_file(path, &p) == SSM_OK, "%s", ssm_last_error());
+    ck_assert_msg(ssm_loader_open_file(path, NULL, &p) == SSM_OK, "%s", ssm_last_error());
     ck_assert_uint_eq(p.table->struct_size, SSM_PLUGIN_V1_MIN_SIZE);
     ck_assert_uint_lt(SSM_PLUGIN_V1_MIN_SIZE, sizeof(ssm_plugin_v1));
     ck_assert_ptr_nonnull(p.table->export_slots); /* the object has one, past its table */
@@ -92,7 +92,7 @@ START_TEST(test_short_table_refused)
     char path[4096];
     snprintf(path, sizeof path, "%s/short_table.so", test_plugin_dir());
     ssm_loaded_plugin p = {0};
-    ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+    ck_assert_int_eq(ssm_loader_open_file(path, NULL, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has(path);
     char sizes[128];
     snprintf(sizes, sizeof sizes, "a table of %zu bytes; ABI version 1 needs %zu",
@@ -115,6 +115,66 @@ START_TEST(test_not_a_library_refused)
     ck_assert_int_eq(ssm_loader_open_mode("textfile", dir, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has("cannot load plugin");
     ck_assert_error_has(path);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Copies file `from` to `to` through `to`.new and a rename (a new inode,
+ * as an install does). */
+static void replace_file(const char *from, const char *to)
+{
+    char next[4200];
+    snprintf(next, sizeof next, "%s.new", to);
+    FILE *in = fopen(from, "rb"), *out = fopen(next, "wb");
+    ck_assert_msg(in && out, "cannot copy %s to %s", from, next);
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    ck_assert_int_eq(fclose(out), 0);
+    ck_assert_int_eq(rename(next, to), 0);
+}
+
+/* Whether a line of /proc/self/maps names a file under `dir`. */
+static int mapped_under(const char *dir)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4400];
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        found |= strstr(line, dir) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* A plugin under another mode's name is refused, left unmapped (not
+ * pinned), and once the right file replaces it, it loads. */
+START_TEST(test_misnamed_plugin_not_pinned)
+{
+    ssm_loaded_plugin native = {0}, compact = {0}, p = {0};
+    ck_assert_int_eq(ssm_loader_open_mode("native", NULL, &native), SSM_OK);
+    ck_assert_int_eq(ssm_loader_open_mode("compact", NULL, &compact), SSM_OK);
+    char dir[] = "/tmp/ssm-misnamed-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/compact.so", dir);
+    replace_file(native.path, path);
+    ck_assert_int_eq(ssm_loader_open_mode("compact", dir, &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has("named for mode 'compact' but its table says 'native'");
+    ck_assert_ptr_null(p.handle);
+    ck_assert_msg(!mapped_under(dir), "the refused %s is still mapped", path);
+
+    replace_file(compact.path, path);
+    ck_assert_msg(ssm_loader_open_mode("compact", dir, &p) == SSM_OK, "%s", ssm_last_error());
+    ck_assert_str_eq(p.table->name, "compact");
+    ck_assert_str_eq(p.path, path);
+    ck_assert_msg(mapped_under(dir), "the accepted %s is not mapped", path);
+    ssm_loader_close(&p);
+    ssm_loader_close(&native);
+    ssm_loader_close(&compact);
     unlink(path);
     rmdir(dir);
 }
@@ -376,6 +436,7 @@ Suite *make_suite(void)
     tcase_add_test(files, test_short_table_refused);
     tcase_add_test(files, test_library_without_symbol_refused);
     tcase_add_test(files, test_not_a_library_refused);
+    tcase_add_test(files, test_misnamed_plugin_not_pinned);
     tcase_add_test(files, test_native_found_on_env_path);
     tcase_add_test(files, test_load_unload_cycles);
     tcase_add_test(files, test_list_reports_good_and_bad);

@@ -108,7 +108,7 @@ START_TEST(test_cycles_leave_nothing)
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", test_plugins, files[i]);
             ssm_loaded_plugin p = {0};
-            ck_assert_int_eq(ssm_loader_open_file(path, &p), SSM_ERR_PLUGIN);
+            ck_assert_int_eq(ssm_loader_open_file(path, NULL, &p), SSM_ERR_PLUGIN);
         }
         ck_assert_int_eq(plugin_mappings(ACCEPTED, all), 0);
         if (pinned < 0)
