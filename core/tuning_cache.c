@@ -610,7 +610,7 @@ static ssm_status merge_with_file(const char *path, const tuning_cache *mine,
                                   tuning_cache *merged)
 {
     int missing = 0;
-    ssm_status status = load_file(path, merged, &missing, 2);
+    ssm_status status = load_file(path, merged, &missing, 1);
     for (int32_t i = 0; status == SSM_OK && i < mine->count; i++) {
         const tuning_entry *e = &mine->entries[i];
         if (e->changed || !tuning_cache_find(merged, &e->key))
@@ -625,13 +625,11 @@ ssm_status tuning_cache_merge_save(const char *path, const tuning_cache *cache)
 {
     int fd = lock_cache(path);
     tuning_cache merged = {0};
-    const tuning_cache *out = &merged;
-    if (merge_with_file(path, cache, &merged) != SSM_OK) {
-        ssm_log(1, "tuning cache %s: %s; saving this process's entries only", path,
-                ssm_last_error());
-        out = cache;
-    }
-    ssm_status status = write_file(path, out);
+    ssm_status status = merge_with_file(path, cache, &merged);
+    if (status == SSM_OK)
+        status = write_file(path, &merged);
+    else /* writing this process's entries alone would drop the others' */
+        ssm_error_set(status, "tuning cache %s: %s; not saved", path, ssm_last_error());
     tuning_cache_free(&merged);
     unlock_cache(fd);
     return status;

@@ -110,8 +110,9 @@ ssm_status tuning_cache_save(const char *path, const tuning_cache *cache);
  * when it is marked changed, else the file's, else the cache's (loaded
  * earlier, since removed from the file). The file's entries keep their
  * order, new ones follow. A file that cannot be re-read (or out of memory
- * for the merge) is a warning, and the cache is written as it is. Errors
- * and the cache as tuning_cache_save. */
+ * for the merge) is an error and nothing is written: writing the cache
+ * alone would drop what other processes saved. Errors and the cache as
+ * tuning_cache_save. */
 ssm_status tuning_cache_merge_save(const char *path, const tuning_cache *cache);
 
 void tuning_cache_free(tuning_cache *cache);

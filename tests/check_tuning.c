@@ -644,10 +644,11 @@ START_TEST(test_save_lock)
 }
 END_TEST
 
-/* Out of memory at any allocation of a merging save: SSM_OK (a warning:
- * without the lock, or this process's entries only) or
- * SSM_ERR_OUT_OF_MEMORY with the file as it was; the cache untouched
- * either way. */
+/* Out of memory at any allocation of a merging save: SSM_OK (perhaps saved
+ * without the lock, with a warning) with both processes' entries in the
+ * file, or SSM_ERR_OUT_OF_MEMORY with the file as it was (never this
+ * process's entries alone, which would drop the other's); the cache
+ * untouched either way. */
 START_TEST(test_merge_save_out_of_memory)
 {
     char *dir = temp_dir(), *path = path_in(dir, "o.cache");
@@ -665,6 +666,7 @@ START_TEST(test_merge_save_out_of_memory)
         int32_t count = 0;
         if (st == SSM_OK) {
             ck_assert_ptr_nonnull(file_choice(path, 1, &count));
+            ck_assert_ptr_nonnull(file_choice(path, 2, &count));
             oks++;
         } else {
             ck_assert_int_eq(st, SSM_ERR_OUT_OF_MEMORY);
