@@ -979,12 +979,14 @@ static int waits(cudaStream_t s, cudaEvent_t e)
     return cuda_ok(cudaStreamWaitEvent(s, e, 0), "cudaStreamWaitEvent");
 }
 
-/* Group j of the pipelined hand-off: its first request and how many. */
+/* Group j of the pipelined hand-off: its first request and how many. The
+ * requests are spread evenly (sizes differ by at most one), so no group is
+ * empty while groups <= requests and the run has the groups it says. */
 static void group_of(const run *r, int32_t j, int32_t *first, int32_t *count)
 {
-    int32_t per = (r->o.requests + r->groups - 1) / r->groups;
-    *first = j * per;
-    *count = r->o.requests - *first < per ? r->o.requests - *first : per;
+    int64_t R = r->o.requests, G = r->groups;
+    *first = (int32_t)(j * R / G);
+    *count = (int32_t)((j + 1) * R / G - *first);
 }
 
 /* Group j through the pipeline: export on GPU 0's export stream, the send
@@ -1042,9 +1044,10 @@ static int pipelined_round(run *r, int rep)
 {
     if (!pipelined_enqueue(r) || !sync_both(r) || !statuses_accepted(r))
         return 0;
-    if (rep >= 0)
-        cuda_ok(cudaEventElapsedTime(&r->t.pipelined[rep], r->pipe_start, r->pipe_end),
-                "cudaEventElapsedTime");
+    if (rep >= 0 &&
+        !cuda_ok(cudaEventElapsedTime(&r->t.pipelined[rep], r->pipe_start, r->pipe_end),
+                 "cudaEventElapsedTime"))
+        return 0; /* no 0 ms sample in the median */
     return 1;
 }
 

@@ -9,6 +9,7 @@
  * the first unit that failed, as one thread running them in order would, so
  * the outcome does not depend on the thread count. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -287,12 +288,23 @@ static void merge(compare_difference *into, const compare_difference *d)
 }
 
 /* CPUs this process may run on (its affinity mask, which a container's
- * cpuset narrows), else the online ones. */
+ * cpuset narrows), else the online ones. The mask grows until the kernel's
+ * fits (EINVAL: more CPUs than the mask holds). */
 static long usable_cpus(void)
 {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
+    for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+        cpu_set_t *set = CPU_ALLOC(cpus);
+        if (!set)
+            break;
+        size_t size = CPU_ALLOC_SIZE(cpus);
+        int got = sched_getaffinity(0, size, set) == 0;
+        long count = got ? CPU_COUNT_S(size, set) : 0;
+        CPU_FREE(set);
+        if (got && count > 0)
+            return count;
+        if (got || errno != EINVAL)
+            break;
+    }
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
