@@ -463,9 +463,17 @@ static ssm_status import_pages_staged(ssm_ctx *ctx, int32_t count, const int32_t
         status = ssm_device_pages_import_checked(ctx, count, slots, staging.device, room,
                                                  (int32_t *)(staging.device + statuses_at),
                                                  NULL);
-    if (status == SSM_OK)
+    if (status == SSM_OK) {
         status = ssm_page_staging_read(&staging, statuses_at, statuses,
                                        sizeof *statuses * (size_t)count);
+        if (status != SSM_OK) { /* a device error after the loads were queued */
+            char why[256];      /* the message is rewritten below: copy it first */
+            snprintf(why, sizeof why, "%s", ssm_last_error());
+            ssm_error_set(status, "%s; the import had been launched, so the slots may have "
+                                  "changed",
+                          why);
+        }
+    }
     for (int32_t k = 0; k < count && status == SSM_OK; k++)
         if (statuses[k] != SSM_PAGE_ACCEPTED)
             status = ssm_error_set(SSM_ERR_INTERNAL,
