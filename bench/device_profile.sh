@@ -5,8 +5,10 @@
 # whole fold period of replay), at B = 256, one layer, fp32 state, for
 # native, replay (exact) and replay (identity). Prints, per kernel: count,
 # median, max and mean in µs, and for replay the step kernel's time step by
-# step (it grows with the history n and peaks at the fold). ncu fixes the
-# clocks, so times run about 10% above the graph timings of the benchmark.
+# step (it grows with the history n and peaks at the fold). Then one MTP
+# round (a = 3, the bench's NVTX range) of compact and of native, with ncu's
+# sections on memory and on where warps stall (PROFILE_ROUNDS=0 skips it).
+# ncu fixes the clocks, so times run about 10% above the benchmark's.
 # Uses the build tests/gpu/device_check.sh leaves in .device/build (builds
 # it when absent); writes the raw CSV to $OUT.
 set -uo pipefail
@@ -61,3 +63,24 @@ PY
 profile native 40 examples/qwen3-next.ini --modes native
 profile replay_exact 96 examples/qwen3-next.ini --modes replay
 profile replay_identity 96 bench/configs/qwen3-next-identity.ini --modes replay
+
+# One MTP round's kernels (NVTX range "round a=3" of `ssmstate bench`), with
+# ncu's sections on where warps wait: the multi-token path of compact's
+# verify and commit, and native's verify. Full reports to $out/round_*.txt.
+profile_round() {
+    local name=$1
+    shift
+    timeout 200 "$ncu" --nvtx --nvtx-include "round a=3/" \
+        --kernel-name regex:'tile|identity' --launch-count 3 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section Occupancy --section LaunchStats \
+        "$build/.libs/ssmstate" bench "$@" --quiet --samples 1 --warmup 1 --accepted 3 \
+        --layers 1 --batches 256 --state f32 >"$out/round_$name.txt" 2>&1
+    echo "== round a=3, $name: $out/round_$name.txt"
+    grep -E "tile_kernel|identity_kernel|Duration|Memory Throughput|Warp Cycles Per Issued|Stall|Achieved Occupancy" \
+        "$out/round_$name.txt" | head -40
+}
+if [ "${PROFILE_ROUNDS:-1}" = 1 ]; then
+    profile_round compact examples/qwen3-next.ini --modes compact
+    profile_round native examples/qwen3-next.ini --modes native
+fi

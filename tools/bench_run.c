@@ -3,12 +3,30 @@
  * every measurement of that mode, destroyed before the next) for a decode
  * step and an MTP round per accepted length. Only the public API touches
  * the state; CUDA is called directly for buffers, streams and the copy. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_cuda.h"
 #include "cli.h"
 #include "fold_rule.h"
+
+/* NVTX ranges ("decode", "round a=N") around each mode's measurements, so
+ * a profiler can take one op's kernels (ncu --nvtx --nvtx-include
+ * "round a=3/", bench/device_profile.sh). NVTX 3 is header-only and part of
+ * the CUDA toolkit; without a profiler attached a range costs a call that
+ * returns at once. A toolkit without it gets no ranges. */
+#if defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define RANGE_PUSH(name) nvtxRangePushA(name)
+#define RANGE_POP() nvtxRangePop()
+#endif
+#endif
+#ifndef RANGE_PUSH
+#define RANGE_PUSH(name) ((void)0)
+#define RANGE_POP() ((void)0)
+#endif
 
 enum {
     HISTORY_WHEN_UNSET = 16,  /* replay's L when [replay] sets none */
@@ -209,9 +227,11 @@ static void measure_context(model_run *run, ssm_ctx *ctx, int32_t layers, int32_
     const bench_shape *s = &run->shape;
     bench_context c = {.ctx = ctx, .data = &run->data, .layers = layers, .batch = batch};
     c.steps = 2 * s->history;
+    RANGE_PUSH("decode");
     if (enqueue_decode(&c, run->stream, rows[0]->error, sizeof rows[0]->error) != 0 ||
         bench_cuda_check(cudaStreamSynchronize(run->stream), "warm-up", rows[0]->error,
                          sizeof rows[0]->error) != 0) {
+        RANGE_POP();
         fail_rows(run, rows, 1 + run->o->accepted_count, rows[0]->error);
         run->broken = bench_device_broken();
         return;
@@ -220,6 +240,7 @@ static void measure_context(model_run *run, ssm_ctx *ctx, int32_t layers, int32_
     rows[0]->steps_per_launch = c.steps;
     bench_work decode = {enqueue_decode, NULL, &c, c.steps, 1, 1};
     time_into(run, &decode, rows[0]);
+    RANGE_POP();
 
     int replay = !strcmp(rows[0]->mode, "replay");
     c.tokens = s->tokens;
@@ -230,7 +251,11 @@ static void measure_context(model_run *run, ssm_ctx *ctx, int32_t layers, int32_
         int32_t rounds = period * ((s->history + period - 1) / period);
         c.accepted = run->data.accepted + (size_t)(a - 1) * (size_t)run->data.max_batch;
         bench_work round = {enqueue_round, recover_round, &c, 1, replay ? rounds : 0, rounds};
+        char range[32];
+        snprintf(range, sizeof range, "round a=%d", (int)a);
+        RANGE_PUSH(range);
         time_into(run, &round, rows[1 + i]);
+        RANGE_POP();
     }
 }
 
