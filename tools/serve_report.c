@@ -8,7 +8,7 @@
 
 serve_ratios serve_report_ratios(const serve_table *t)
 {
-    serve_ratios r = {NAN, NAN, 0, NAN, NAN};
+    serve_ratios r = {NAN, NAN, 0, NAN, NAN, NAN};
     const serve_mode_result *native = serve_find_mode(t, "native");
     const serve_mode_result *compact = serve_find_mode(t, "compact");
     const serve_mode_result *replay = serve_find_mode(t, "replay");
@@ -22,6 +22,8 @@ serve_ratios serve_report_ratios(const serve_table *t)
     const serve_point *base = serve_find_point(native, r.native_max);
     const serve_point *rp = serve_find_point(replay, r.native_max);
     const serve_point *cp = serve_find_point(compact, r.native_max);
+    if (base)
+        r.native_rows = base->mean_rows;
     if (base && base->tokens_per_second > 0) {
         if (rp)
             r.replay_speed = rp->tokens_per_second / base->tokens_per_second;
@@ -128,6 +130,18 @@ static void print_ratios(const serve_table *t)
            "(issue 8: >= 1.8x), compact/native %sx\n",
            r.native_max, number(c, sizeof c, "%.2f", r.replay_speed),
            number(d, sizeof d, "%.2f", r.compact_speed));
+    if (isfinite(r.native_rows) && r.native_rows < 0.9 * r.native_max)
+        printf("          (at that level %.1f of the %d requests ran an MTP round a step, the\n"
+               "          rest waited for prefill: --chunk bounds it; see docs/serve.md)\n",
+               r.native_rows, r.native_max);
+    static const char *const others[2] = {"replay", "compact"};
+    for (int i = 0; i < 2; i++) {
+        const serve_mode_result *m = serve_find_mode(t, others[i]);
+        if (m && m->max_concurrent < r.native_max)
+            printf("          (%s: -x, it holds %d requests, fewer than native's %d, so it has "
+                   "no point at that level)\n",
+                   others[i], m->max_concurrent, r.native_max);
+    }
 }
 
 /* Flags, a stopped sweep, and each mode's cross-check, one line each. */
@@ -346,6 +360,8 @@ static void json_table(FILE *out, const serve_table *t)
     json_number(out, r.replay_speed);
     fputs(",\"compact_tokens_per_second\":", out);
     json_number(out, r.compact_speed);
+    fputs(",\"native_rows\":", out);
+    json_number(out, r.native_rows);
     fputs("}}", out);
 }
 

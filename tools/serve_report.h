@@ -15,6 +15,7 @@ typedef struct serve_ratios {
     int32_t native_max;        /* native's max concurrent (0: no native) */
     double replay_speed;       /* replay tokens/s / native's, at native_max */
     double compact_speed;      /* compact tokens/s / native's, at native_max */
+    double native_rows;        /* MTP rows a step at native_max (NaN: not measured) */
 } serve_ratios;
 
 serve_ratios serve_report_ratios(const serve_table *t);

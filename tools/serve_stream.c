@@ -427,7 +427,10 @@ static int run_step(level *v)
         out->steps++;
     } else {
         v->out->warmup_steps++;
-        int32_t wanted = v->concurrency > v->check ? v->concurrency : v->check;
+        /* --check at every level, checked or not, so that every mode
+         * starts measuring a level at the same step (same work). */
+        int32_t check = v->e->o->check;
+        int32_t wanted = v->concurrency > check ? v->concurrency : check;
         if (v->finished >= wanted || v->out->warmup_steps >= v->e->o->warmup_steps) {
             v->measuring = 1;
             v->logging = 0;
