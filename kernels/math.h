@@ -168,9 +168,21 @@ SSM_HD float ssm_softplus(float x)
 
 /* GDN decay (natural log, <= 0): -(e^a_log * softplus(a + dt_bias)).
  * Op order: s = a + dt_bias; p = e^a_log * softplus(s); g = -p. */
+/* The floor of a log-decay g. Any g below about -104 already decays a
+ * state to exactly 0 in one token (ssm_expf underflows), so the floor
+ * changes no result of the token-by-token update; it keeps the chunked
+ * form's running sums G finite (64 tokens of -inf would make G_t - G_i
+ * = -inf - -inf = NaN where the update gives 0). NaN stays NaN. */
+#define SSM_GATE_FLOOR (-128.0f)
+
+SSM_HD float ssm_gate_floor(float g)
+{
+    return g < SSM_GATE_FLOOR ? SSM_GATE_FLOOR : g;
+}
+
 SSM_HD float ssm_gdn_gate(float a_log, float a, float dt_bias)
 {
-    return -(ssm_expf(a_log) * ssm_softplus(a + dt_bias));
+    return ssm_gate_floor(-(ssm_expf(a_log) * ssm_softplus(a + dt_bias)));
 }
 
 /* KDA decay of one key channel. Without a lower bound it is the GDN form on
@@ -181,7 +193,7 @@ SSM_HD float ssm_kda_gate(float a_log, float f, float dt_bias, int has_lower_bou
 {
     if (!has_lower_bound)
         return ssm_gdn_gate(a_log, f, dt_bias);
-    return lower_bound * ssm_sigmoid(ssm_expf(a_log) * (f + dt_bias));
+    return ssm_gate_floor(lower_bound * ssm_sigmoid(ssm_expf(a_log) * (f + dt_bias)));
 }
 
 /* The L2 normalization factor of a head vector: 1 / sqrt(sum x^2 + 1e-6).

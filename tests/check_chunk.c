@@ -266,6 +266,45 @@ START_TEST(nan_input_is_not_hidden)
 }
 END_TEST
 
+/* A gate input so large that the gate overflows (e^a_log softplus(x) past
+ * fp32): the gate functions floor it at SSM_GATE_FLOOR, so the chunk's
+ * running sums stay finite; the chunked form then resets the state there
+ * as the token-by-token update does (outputs and state finite and within
+ * 1e-4 of it), instead of G_t - G_i = -inf - -inf = NaN. _i: gate. */
+START_TEST(overflowing_gate_resets_like_the_update)
+{
+    ck_assert(ssm_gdn_gate(1.0f, 1e38f, 0.0f) == SSM_GATE_FLOOR);
+    ck_assert(isnan(ssm_gdn_gate(1.0f, NAN, 0.0f)));
+    ck_assert(ssm_gdn_gate(-1.0f, 3.0f, -2.0f) > SSM_GATE_FLOOR); /* a real gate is untouched */
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ 0x6a7e);
+    const int64_t n = 100;
+    head_run h = make_run(&r, _i, n);
+    for (int64_t t = 3; t <= 4; t++)
+        for (int32_t j = 0; j < h.gk; j++)
+            h.g[t * h.gk + j] = _i == GATE_KDA_BOUND ? ssm_kda_gate(0.0f, 1e38f, 0.0f, 0, -5.0f)
+                                                     : ssm_gdn_gate(1.0f, 1e38f, 0.0f);
+    int64_t state = (int64_t)h.V * h.K;
+    float *S_seq = floats(state), *o_seq = floats(n * h.V), *S = floats(state), *o = floats(n * h.V);
+    run_sequential(&h, SSM_DTYPE_F32, S_seq, o_seq);
+    memcpy(S, h.S0, sizeof(float) * (size_t)state);
+    run_chunked(&h, 0, n, SSM_CHUNK_TOKENS, SSM_DTYPE_F32, S, o);
+    for (int64_t e = 0; e < n * h.V; e++)
+        ck_assert_msg(isfinite(o[e]), "output %lld is not finite", (long long)e);
+    for (int64_t e = 0; e < state; e++)
+        ck_assert_msg(isfinite(S[e]), "state element %lld is not finite", (long long)e);
+    double out_err = test_rel_rms(o, SSM_DTYPE_F32, o_seq, SSM_DTYPE_F32, n * h.V);
+    double state_err = test_rel_rms(S, SSM_DTYPE_F32, S_seq, SSM_DTYPE_F32, state);
+    ck_assert_msg(out_err <= 1e-4 && state_err <= 1e-4, "outputs %.3g, state %.3g (bound 1e-4)",
+                  out_err, state_err);
+    free(S_seq);
+    free(o_seq);
+    free(S);
+    free(o);
+    free_run(&h);
+}
+END_TEST
+
 /* A whole layer (ssm_chunk_sequence) against the reference's token-by-token
  * run (ssm_ref_sequence) on the same prepared inputs: every value head, GVA,
  * the outputs' placement, the state and the window. fp32 state, so the two
@@ -349,6 +388,7 @@ Suite *make_suite(void)
     tc = tcase_create("continued runs");
     tcase_add_loop_test(tc, continued_runs_match_one_run, 0, 2 * GATES);
     tcase_add_loop_test(tc, nan_input_is_not_hidden, 0, GATES);
+    tcase_add_loop_test(tc, overflowing_gate_resets_like_the_update, 0, GATES);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
