@@ -57,6 +57,9 @@ const int32_t *ssm_host_slots(const ssm_ctx *ctx, const int32_t *slots,
 ssm_status ssm_device_flags_create(ssm_ctx *ctx);
 void ssm_device_flags_free(ssm_ctx *ctx);
 void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream);
+/* Slot dst's flag word becomes slot src's, ordered on `stream` after the
+ * work queued there (a slot copy carries its source's flags). */
+void ssm_device_flags_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream);
 ssm_status ssm_device_flags_read(const ssm_ctx *ctx, uint32_t *words, int32_t first,
                                  int32_t count);
 

@@ -45,6 +45,17 @@ void ssm_device_flags_clear(ssm_ctx *ctx, int32_t slot, void *stream)
 #endif
 }
 
+void ssm_device_flags_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream)
+{
+#ifdef HAVE_CUDA
+    if (ctx->device_flags)
+        cudaMemcpyAsync(ctx->device_flags + dst, ctx->device_flags + src, sizeof(uint32_t),
+                        cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+#else
+    (void)ctx, (void)src, (void)dst, (void)stream;
+#endif
+}
+
 /* Runs `what` on the context's device and makes the caller's device
  * current again. */
 #ifdef HAVE_CUDA

@@ -76,8 +76,10 @@ ssm_status ssm_slot_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream)
     status = ctx->mode->copy_slot(ctx->instance, src, dst, stream);
     if (status != SSM_OK)
         return status;
-    ctx->slot_flags[dst] = 0;
-    ssm_device_flags_clear(ctx, dst, stream);
+    /* dst now holds src's state, so it carries src's flags: a copy of a
+     * slot fed non-finite inputs is just as poisoned (SPEC 10). */
+    ctx->slot_flags[dst] = ctx->slot_flags[src];
+    ssm_device_flags_copy(ctx, src, dst, stream);
     return SSM_OK;
 }
 

@@ -253,6 +253,33 @@ END_TEST
 
 /* ============================================================ fresh */
 
+/* A copy of a flagged slot is flagged too (it holds the same non-finite
+ * state), and a copy of a clean slot over a flagged one clears it. */
+START_TEST(test_copy_carries_flags)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t bad = sa[0], copy = sa[1], clean = sa[2];
+    int32_t one[1] = {bad};
+    test_io *d = ios_make(&wd, 1);
+    ssm_ref_store(d[0].x, wd.ad, 0, NAN);
+    ssm_batch db = {1, 1, one, NULL};
+    decode_all(a, &wd, &db, d);
+    ck_assert_uint_eq(slot_flags(a, bad), SSM_FLAG_NONFINITE_INPUT);
+    ck_assert_uint_eq(slot_flags(a, copy), 0);
+    EXPECT(ssm_slot_copy(a, bad, copy, NULL), SSM_OK);
+    ck_assert_uint_eq(slot_flags(a, copy), SSM_FLAG_NONFINITE_INPUT);
+    ck_assert_uint_eq(slot_flags(a, bad), SSM_FLAG_NONFINITE_INPUT);
+    EXPECT(ssm_slot_copy(a, clean, copy, NULL), SSM_OK);
+    ck_assert_uint_eq(slot_flags(a, copy), 0);
+    ck_assert_uint_eq(slot_flags(a, clean), 0);
+    ios_free(&wd, d);
+    world_free(&wd);
+}
+END_TEST
+
 /* A slot with state, a flag and (_i & 2) an open forward is released (the
  * open forward refuses the release until it is aborted); when its number
  * comes back it is all zeros, unflagged, and decodes exactly as a fresh
@@ -898,6 +925,7 @@ Suite *make_suite(void)
 
     TCase *fresh = tcase_create("fresh");
     tcase_add_loop_test(fresh, test_reuse_after_release, 0, 4);
+    tcase_add_loop_test(fresh, test_copy_carries_flags, 0, 4);
     tcase_add_loop_test(fresh, test_reset_fresh, 0, 4);
     suite_add_tcase(s, fresh);
 

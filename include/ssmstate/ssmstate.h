@@ -306,8 +306,9 @@ ssm_status ssm_slot_export_canonical(ssm_ctx *ctx, int32_t slot, void *const *co
 
 /* Makes acquired slot `dst` a copy of acquired slot `src` (prefix sharing):
  * windows and states of every layer through the canonical form, so a copy
- * in replay starts with its history folded; src does not change. dst's
- * flags are cleared (src keeps its own). src == dst changes nothing.
+ * in replay starts with its history folded; src does not change. dst
+ * takes src's flags (a copy of a flagged slot is flagged too). src == dst
+ * changes nothing.
  * Stream-ordered. Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_SLOT_RANGE,
  * SSM_ERR_SLOT_NOT_ACQUIRED, SSM_ERR_VERIFY_PENDING (either slot),
  * SSM_ERR_UNSUPPORTED; on any of them dst is as it was. */
