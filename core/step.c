@@ -35,11 +35,12 @@ static ssm_status check_offsets(const ssm_prefill_batch *batch, const int32_t *o
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "token_offsets[0] is %d, not 0",
                              offsets[0]);
     for (int32_t r = 0; r < batch->rows; r++) {
-        int32_t length = offsets[r + 1] - offsets[r];
         if (offsets[r + 1] < offsets[r])
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                                  "token_offsets decrease at row %d (%d then %d)", r,
                                  offsets[r], offsets[r + 1]);
+        /* offsets[0] is 0 and none decreased so far: no overflow */
+        int32_t length = offsets[r + 1] - offsets[r];
         if (length > batch->max_row_tokens)
             return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                                  "row %d has %d tokens, more than max_row_tokens %d", r, length,
@@ -207,10 +208,13 @@ ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *acc
                              forward->slots_host);
     if (status != SSM_OK)
         return status;
-    if (forward->rows > 0 && !accepted)
+    /* Padding rows need no length; on CUDA the device slots may hold rows
+     * where the host copy had padding (a replayed graph), so rows need one. */
+    int cuda = ctx->config->device.type == SSM_DEVICE_CUDA;
+    if (!accepted && (forward->live_rows > 0 || (cuda && forward->rows > 0)))
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_commit: no accepted lengths");
     /* Host lengths are checked here; device lengths by the commit kernel. */
-    int host_lengths = ctx->config->device.type != SSM_DEVICE_CUDA;
+    int host_lengths = !cuda;
     for (int32_t r = 0; host_lengths && r < forward->rows; r++)
         if (forward->slots_host[r] != -1 && (accepted[r] < 1 || accepted[r] > forward->tokens))
             return ssm_error_set(SSM_ERR_ACCEPTED_RANGE,

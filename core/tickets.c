@@ -47,6 +47,10 @@ static ssm_forward *find(ssm_ticket_book *book, uint64_t id)
 
 ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, ssm_forward **out)
 {
+    if (ticket->context_id == 0 && ticket->forward == 0)
+        return ssm_error_set(SSM_ERR_TICKET_FOREIGN,
+                             "empty ticket (SSM_TICKET_INIT): no verify opened a forward with "
+                             "it; commit the ticket ssm_verify filled");
     if (ticket->context_id != book->context_id)
         return ssm_error_set(SSM_ERR_TICKET_FOREIGN,
                              "ticket was issued by another context (id %llx, this is %llx)",

@@ -52,8 +52,12 @@ ssm_status ssm_validate_rows(ssm_ctx *ctx, int32_t rows, const int32_t *slots, i
 const int32_t *ssm_host_slots(const ssm_ctx *ctx, const int32_t *slots,
                               const int32_t *slots_host, int32_t rows)
 {
-    if (ctx->config->device.type != SSM_DEVICE_CUDA)
+    if (ctx->config->device.type != SSM_DEVICE_CUDA) {
+        if (rows > 0 && !slots)
+            ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "batch of %d rows has no slot array",
+                          (int)rows);
         return slots;
+    }
     if (rows > 0 && !slots_host)
         ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                       "a CUDA context needs the batch's slots_host: a host copy of the slots "

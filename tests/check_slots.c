@@ -457,6 +457,36 @@ static void expect_bad_batch(world *wd, ssm_ctx *a, int32_t rows, const int32_t 
 }
 
 /* Slots outside the pool (other than -1) anywhere in a batch. */
+/* A batch without a slot array is refused with its own message on every
+ * step call, and offsets that would overflow a length are refused as
+ * decreasing (the length is formed only after that check). */
+START_TEST(test_batch_without_slots)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    test_io *d = ios_make(&wd, 4);
+    ssm_ticket t = SSM_TICKET_INIT;
+    ssm_batch no_slots = {1, 1, NULL, NULL};
+    EXPECT(ssm_decode(a, 0, &no_slots, &wd.w[0].w, &d[0].io, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "no slot array") != NULL, "%s", ssm_last_error());
+    EXPECT(ssm_verify(a, 0, &no_slots, &wd.w[0].w, &d[0].io, &t, NULL),
+           SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "no slot array") != NULL, "%s", ssm_last_error());
+    int32_t offsets[3] = {0, 1, 1};
+    ssm_prefill_batch pb = {1, NULL, offsets, 1, NULL, NULL};
+    EXPECT(ssm_prefill(a, 0, &pb, &wd.w[0].w, &d[0].io, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "no slot array") != NULL, "%s", ssm_last_error());
+    int32_t two[2] = {sa[0], sa[1]}, wild[3] = {0, 10, INT32_MIN};
+    ssm_prefill_batch wb = {2, two, wild, 16, NULL, NULL};
+    EXPECT(ssm_prefill(a, 0, &wb, &wd.w[0].w, &d[0].io, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "token_offsets decrease at row 1") != NULL, "%s", ssm_last_error());
+    ios_free(&wd, d);
+    world_free(&wd);
+}
+END_TEST
+
 START_TEST(test_batch_slot_range)
 {
     world wd;
@@ -932,6 +962,7 @@ Suite *make_suite(void)
     TCase *batches = tcase_create("batches");
     tcase_set_timeout(batches, 60);
     tcase_add_loop_test(batches, test_batch_slot_range, 0, 4);
+    tcase_add_loop_test(batches, test_batch_without_slots, 0, 4);
     tcase_add_loop_test(batches, test_batch_not_acquired, 0, 4);
     tcase_add_loop_test(batches, test_batch_duplicate, 0, 4);
     tcase_add_loop_test(batches, test_padding_rows, 0, 8);

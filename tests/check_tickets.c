@@ -458,6 +458,32 @@ START_TEST(test_forged_and_altered)
 }
 END_TEST
 
+/* A commit of an empty ticket (no verify filled it) says so; a forward
+ * whose rows are all padding commits without accepted lengths (CPU). */
+START_TEST(test_empty_ticket_and_padding_commit)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t acc[2] = {1, 1};
+    ssm_ticket empty = SSM_TICKET_INIT;
+    EXPECT(ssm_commit(a, &empty, acc, NULL), SSM_ERR_TICKET_FOREIGN);
+    ck_assert_msg(strstr(ssm_last_error(), "empty ticket") != NULL, "%s", ssm_last_error());
+
+    int32_t pads[2] = {-1, -1};
+    ssm_batch pb = {2, 2, pads, NULL};
+    test_io *v = ios_make(&wd, 2 * 2);
+    ssm_ticket t = SSM_TICKET_INIT;
+    verify_all(a, &wd, &pb, v, &t);
+    EXPECT(ssm_commit(a, &t, NULL, NULL), SSM_OK);
+    EXPECT(ssm_commit(a, &t, NULL, NULL), SSM_ERR_TICKET_REPEATED);
+    ios_free(&wd, v);
+    ssm_ctx_destroy(a);
+    world_free(&wd);
+}
+END_TEST
+
 /* ============================================================ accepted */
 
 START_TEST(test_accepted_range)
@@ -1116,6 +1142,7 @@ Suite *make_suite(void)
     TCase *foreign = tcase_create("foreign");
     tcase_add_loop_test(foreign, test_foreign_context, 0, 4);
     tcase_add_loop_test(foreign, test_forged_and_altered, 0, 4);
+    tcase_add_loop_test(foreign, test_empty_ticket_and_padding_commit, 0, 4);
     suite_add_tcase(s, foreign);
 
     TCase *accepted = tcase_create("accepted");

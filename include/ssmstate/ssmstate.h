@@ -278,7 +278,10 @@ ssm_status ssm_verify(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
  * checked before any work; on a CUDA context the kernel checks it, skips a
  * row outside [1, T] and raises SSM_FLAG_BAD_ACCEPTED on its slot (that
  * slot's state is then undefined until reset: an engine that sees the flag
- * resets it). Errors: SSM_ERR_TICKET_FOREIGN, SSM_ERR_TICKET_STALE,
+ * resets it). `accepted` may be NULL when every row is padding (CPU).
+ * Errors: SSM_ERR_INVALID_ARGUMENT (NULL arguments, no accepted lengths,
+ * a slot buffer changed since the verify), SSM_ERR_TICKET_FOREIGN (also an
+ * empty SSM_TICKET_INIT ticket), SSM_ERR_TICKET_STALE,
  * SSM_ERR_TICKET_REPEATED, SSM_ERR_TICKET_INCOMPLETE, SSM_ERR_ACCEPTED_RANGE;
  * on any of them nothing is written and the forward stays open. */
 ssm_status ssm_commit(ssm_ctx *ctx, const ssm_ticket *ticket, const int32_t *accepted,
