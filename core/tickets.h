@@ -70,7 +70,8 @@ void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward);
 /* Ends an open forward without a commit (ssm_forward_abort). */
 void ssm_tickets_abort(ssm_ticket_book *book, ssm_forward *forward);
 
-/* A slot was made fresh: a ticket naming it from before reads as stale. */
+/* A slot was made fresh, or decoded (an implicit verify and commit): a
+ * ticket naming it from before reads as stale. */
 void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot);
 
 /* 1 when row r of an open forward still names the slot it was opened with. */

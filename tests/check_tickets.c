@@ -1023,8 +1023,18 @@ START_TEST(test_decode_commits_implicitly)
     EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_OK);
     EXPECT(ssm_commit(b, &tb, acc, NULL), SSM_OK);
     ios_assert_out_equal(&wd, v, vb, 3 * T, "verify after decodes");
+    /* Decoded over since, the committed forward's ticket is stale, not
+     * repeated (a decode is a verify and commit of one token). */
+    EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_ERR_TICKET_REPEATED);
+    ssm_batch again = {3, 1, rows_a, NULL}, again_b = {3, 1, rows_b, NULL};
+    test_io *d2 = ios_make(&wd, 3), *d2b = ios_clone(&wd, d2, 3);
+    decode_all(a, &wd, &again, d2);
+    decode_all(b, &wd, &again_b, d2b);
+    EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_ERR_TICKET_STALE);
     assert_twins_and_working(&wd, a, sa, b, sb);
 
+    ios_free(&wd, d2);
+    ios_free(&wd, d2b);
     ios_free(&wd, v);
     ios_free(&wd, vb);
     ssm_ctx_destroy(a);

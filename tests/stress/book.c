@@ -2,8 +2,8 @@
  * implementation): forwards are numbered 1, 2, ... as verifies open them and
  * kept in a ring of ST_BOOK_RING; a ticket presented later is current
  * (open), repeated (committed, its rows not verified or made fresh since),
- * stale (overtaken by a newer verify over one of its slots, a reset or
- * release of one, an abort, or fallen out of the ring) or foreign (another
+ * stale (overtaken by a newer verify or a decode over one of its slots, a
+ * reset or release of one, an abort, or fallen out of the ring) or foreign (another
  * context, a number never issued, an altered shape). */
 #include <string.h>
 
@@ -71,8 +71,8 @@ void st_book_close(st_book *b, const ssm_ticket *t, int state)
         f->state = state;
 }
 
-/* A slot was reset or released: the forward that last verified it is
- * overtaken. */
+/* A slot was reset, released or decoded: the forward that last verified
+ * it is overtaken. */
 void st_book_forget(st_book *b, int32_t slot)
 {
     st_book_fwd *latest = b->slot_latest[slot] ? find(b, b->slot_latest[slot]) : NULL;

@@ -223,6 +223,11 @@ void st_decode_rows(st_session *s, int ci, int32_t n, const int32_t *rows)
                 st_assert_sentinel(s, io, r, r + 1, "decode, padding row");
             }
     }
+    /* A decode is a verify and commit of one token: it overtakes the
+     * forward that last verified each row. */
+    for (int32_t r = 0; r < n; r++)
+        if (rows[r] >= 0)
+            st_book_forget(&s->c[ci].book, rows[r]);
     st_ios_free(s, io);
 }
 
