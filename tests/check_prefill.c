@@ -183,7 +183,13 @@ START_TEST(continued_prompt_matches_one_call)
                           test_bitwise_equal(split.out, first_out, act, out_elems),
                       "%d calls split on chunk boundaries differ from one call", calls);
     } else {
-        double bound = state == SSM_DTYPE_BF16 ? 4e-3 : 1e-5;
+        /* A bf16 state is rounded at every call's end, so each cut adds a
+         * rounding the single call does not make. SPEC 3.5 holds each side
+         * within 5e-3 of the fp64 state (chunked prefill), so the two may
+         * be 1e-2 apart; measured up to 4.3e-3 at 5 calls (SSM_TEST_SEED=
+         * 17347024830188261290, case 10), past the 4e-3 this once used. An
+         * error in the algorithm is O(1). */
+        double bound = state == SSM_DTYPE_BF16 ? 2 * 5e-3 : 1e-5;
         double state_err = test_rel_rms(snap.state[0], state, first.state[0], state, state_elems);
         /* outputs in bf16: a rounding flip is 2^-8, so SPEC's bf16 bound */
         double out_err = test_rel_rms(split.out, act, first_out, act, out_elems);
