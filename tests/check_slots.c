@@ -276,6 +276,7 @@ START_TEST(test_copy_carries_flags)
     ck_assert_uint_eq(slot_flags(a, copy), 0);
     ck_assert_uint_eq(slot_flags(a, clean), 0);
     ios_free(&wd, d);
+    ssm_ctx_destroy(a);
     world_free(&wd);
 }
 END_TEST
@@ -483,6 +484,7 @@ START_TEST(test_batch_without_slots)
     EXPECT(ssm_prefill(a, 0, &wb, &wd.w[0].w, &d[0].io, NULL), SSM_ERR_INVALID_ARGUMENT);
     ck_assert_msg(strstr(ssm_last_error(), "token_offsets decrease at row 1") != NULL, "%s", ssm_last_error());
     ios_free(&wd, d);
+    ssm_ctx_destroy(a);
     world_free(&wd);
 }
 END_TEST
