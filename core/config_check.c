@@ -87,6 +87,11 @@ static ssm_status check_head_slice(const checker *ck)
     const ssm_model_dims *m = &ck->config->model;
     if (h->heads == 0 && h->value_heads == 0 && h->first == 0)
         return SSM_OK;
+    if (h->heads == 0 && h->value_heads == 0)
+        return check_fail(ck, KEY_FIRST_VALUE_HEAD, KEY_NONE,
+                          "head slice: first_value_head = %d needs the model's model_heads and "
+                          "model_value_heads",
+                          (int)h->first);
     if (h->heads < 1 || h->value_heads < h->heads || h->value_heads > SSM_MAX_HEADS ||
         h->value_heads % h->heads != 0)
         return check_fail(ck, KEY_MODEL_VALUE_HEADS, KEY_MODEL_HEADS,

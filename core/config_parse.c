@@ -92,10 +92,12 @@ static parse_result parse_uint64(const char *text, uint64_t *out)
     return PARSE_OK;
 }
 
-/* A finite number; "nan", "inf" and overflow are not. */
+/* A finite decimal number; "nan", "inf", hexadecimal ("0x1p2", which strtod
+ * takes) and overflow are not. */
 static parse_result parse_double(const char *text, double *out)
 {
-    if (!(text[0] == '-' || text[0] == '+' || text[0] == '.' || isdigit((unsigned char)text[0])))
+    if (!(text[0] == '-' || text[0] == '+' || text[0] == '.' || isdigit((unsigned char)text[0])) ||
+        text[strspn(text, "0123456789+-.eE")] != '\0')
         return PARSE_BAD;
     char *end;
     errno = 0;
@@ -433,6 +435,12 @@ static ssm_status check_line(parse_state *ps, const char *line)
         size_t len = strcspn(line, "\n");
         return parse_fail(ps, "expected 'key = value' or '[section]', not '%.*s'", (int)len, line);
     }
+    /* inih ends a value at " ;" only; " #" would stay in it (a path that
+     * fails much later, far from this line). */
+    for (const char *p = separator + 1; *p && !(*p == ';' && isspace((unsigned char)p[-1])); p++)
+        if (*p == '#' && (p[-1] == ' ' || p[-1] == '\t'))
+            return parse_fail(ps, "'#' starts a comment only at the start of a line; after a "
+                                  "value, use ';'");
     return SSM_OK;
 }
 

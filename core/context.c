@@ -158,11 +158,15 @@ static ssm_status resolve(const ssm_config *c, ssm_loaded_plugin *plugin,
          __builtin_add_overflow(slot_bytes, mode_plan.scratch_bytes, &slot_bytes) ||
          __builtin_mul_overflow(slot_bytes, (uint64_t)c->max_requests, &pool_bytes) ||
          __builtin_add_overflow(pool_bytes, mode_plan.shared_bytes, &pool_bytes) ||
-         pool_bytes > SIZE_MAX))
+         pool_bytes > SIZE_MAX)) {
+        /* The struct keeps no key lines: the file and the key name it. */
+        char where[512];
+        ssm_config_where(c, 0, where, sizeof where);
         status = ssm_error_set(SSM_ERR_CONFIG,
-                               "a pool of %d slots of this model in mode '%s' takes more than "
-                               "2^64 bytes",
-                               (int)c->max_requests, c->mode);
+                               "%s[state] max_requests = %d: a pool of that many slots of this "
+                               "model in mode '%s' takes more than 2^64 bytes",
+                               where, (int)c->max_requests, c->mode);
+    }
     if (status != SSM_OK) {
         ssm_free(*options);
         *options = NULL;

@@ -408,10 +408,14 @@ static const bad_case bad_values[] = {
     {22, "acceptance = -0.1", 22, "acceptance = -0.1 is out of range"},
     {22, "acceptance = nan", 22, "acceptance = 'nan' is not valid (allowed: 0..1)"},
     {22, "acceptance = inf", 22, "acceptance = 'inf' is not valid"},
-    {22, "acceptance = -inf", 22, "acceptance = '-inf' is out of range"},
+    {22, "acceptance = -inf", 22, "acceptance = '-inf' is not valid"},
     {22, "acceptance = 1e999", 22, "acceptance = '1e999' is out of range"},
     {22, "acceptance = 0.5x", 22, "acceptance = '0.5x' is not valid"},
-    {22, "acceptance = 0.5 # not a comment here", 22, "is not valid"},
+    {22, "acceptance = 0.5 # not a comment here", 22,
+     "'#' starts a comment only at the start of a line; after a value, use ';'"},
+    {22, "acceptance = 0x0.8", 22, "acceptance = '0x0.8' is not valid"},
+    {22, "acceptance = 0x1p-1", 22, "is not valid"},
+    {13, "plugin_dir = /opt/ssm  # the build", 13, "'#' starts a comment only"},
     /* seeds */
     {23, "seed = -1", 23, "[workload] seed = '-1' is not valid (allowed: 0..18446744073709551615)"},
     {23, "seed = 18446744073709551616", 23, "seed = '18446744073709551616' is out of range"},
@@ -440,6 +444,8 @@ START_TEST(test_bad_lower_bound)
     expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = -1e300"), 9,
                        "lower_bound = '-1e300' is out of range");
     expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound ="), 9, "is not valid");
+    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = -0x1p2"), 9,
+                       "[model] lower_bound = '-0x1p2' is not valid");
 }
 END_TEST
 
@@ -505,6 +511,10 @@ START_TEST(test_head_slice)
                        10, "the model's group is 1");
     expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nmodel_heads = -1"), 9,
                        "model_heads = -1 is out of range");
+    /* first_value_head alone: at its own line, naming what it needs */
+    expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nfirst_value_head = 2"), 9,
+                       "head slice: first_value_head = 2 needs the model's model_heads and "
+                       "model_value_heads");
 }
 END_TEST
 
@@ -588,6 +598,9 @@ START_TEST(test_malformed_lines)
                        "expected 'key = value' or '[section]', not 'more'");
     /* Comments after a header are fine; after a value only with " ;". */
     ssm_config *c = parse_ok(edit_line(BASE_TEXT, 1, "[model]   ; the model # yes"));
+    ssm_config_free(c);
+    c = parse_ok(edit_line(BASE_TEXT, 22, "acceptance = 0.5 ; a comment # with a hash"));
+    ck_assert(c->workload.acceptance == 0.5);
     ssm_config_free(c);
 }
 END_TEST

@@ -279,7 +279,24 @@ START_TEST(test_unknown_section_is_config_error)
     ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n"
                                       "[typo]\nx = 1\n"),
                      SSM_ERR_CONFIG);
-    ck_assert_error_has("test.ini:13: unknown section [typo]");
+    ck_assert_error_has("test.ini:13: unknown section [typo]: no plugin for mode 'typo'");
+    /* The loader's reason is quoted once, not overwritten by the message quoting it. */
+    const char *second = strstr(strstr(ssm_last_error(), "unknown section") + 1, "unknown section");
+    ck_assert_msg(second == NULL, "%s", ssm_last_error());
+}
+END_TEST
+
+/* Every key within its range, the pool past 2^64 bytes: refused, naming the
+ * file and the key. */
+START_TEST(test_pool_past_2_64_bytes)
+{
+    const char *model = "[model]\nkind = gdn\nlayers = 4096\nheads = 1024\nvalue_heads = 1024\n"
+                        "key_dim = 1024\nvalue_dim = 1024\nconv_width = 16\n";
+    ck_assert_int_eq(create_from_model_text(model, "[state]\nmode = native\nstate_dtype = f32\n"
+                                                   "max_draft_tokens = 15\nmax_requests = 1048576\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini: [state] max_requests = 1048576: a pool of that many slots");
+    ck_assert_error_has("takes more than 2^64 bytes");
 }
 END_TEST
 
@@ -445,6 +462,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_context_with_wrong_abi_mode);
     tcase_add_test(contexts, test_context_with_missing_mode);
     tcase_add_test(contexts, test_unknown_section_is_config_error);
+    tcase_add_test(contexts, test_pool_past_2_64_bytes);
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);
     tcase_add_test(contexts, test_good_context);
     tcase_add_test(contexts, test_replay_matrix_needs_gdn);
