@@ -61,10 +61,13 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
                              "ticket names forward %llu, which this context never issued",
                              (unsigned long long)ticket->forward);
     ssm_forward *f = find(book, ticket->forward);
-    if (!f)
+    if (!f) /* out of the ring: its slots are gone with it, so no "repeated" either */
         return ssm_error_set(SSM_ERR_TICKET_STALE,
-                             "ticket of forward %llu is stale (newer forwards have run since)",
-                             (unsigned long long)ticket->forward);
+                             "ticket of forward %llu is stale: %llu forwards have run since, "
+                             "more than the %d this context remembers",
+                             (unsigned long long)ticket->forward,
+                             (unsigned long long)(book->last_forward - ticket->forward),
+                             SSM_FORWARD_HISTORY);
     if (f->rows != ticket->rows || f->tokens != ticket->tokens)
         return ssm_error_set(SSM_ERR_TICKET_FOREIGN,
                              "ticket of forward %llu was altered: %d rows x %d tokens issued, "

@@ -330,6 +330,42 @@ START_TEST(test_repeated)
 }
 END_TEST
 
+/* A committed ticket presented after more forwards than the context
+ * remembers: its slots left the ring with it, so it is stale (with the count
+ * in the message), and nothing changes. */
+START_TEST(test_too_old_is_stale)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t rows[1] = {sa[0]}, other_rows[1] = {sa[1]};
+    ssm_batch b = {1, 1, rows, NULL}, other = {1, 1, other_rows, NULL};
+    test_io *v = ios_make(&wd, 1);
+    ssm_ticket t = SSM_TICKET_INIT;
+    int32_t one[1] = {1};
+    verify_all(a, &wd, &b, v, &t);
+    EXPECT(ssm_commit(a, &t, one, NULL), SSM_OK);
+    for (int i = 0; i < 256; i++) {
+        ssm_ticket u = SSM_TICKET_INIT;
+        verify_all(a, &wd, &other, v, &u);
+        EXPECT(ssm_commit(a, &u, one, NULL), SSM_OK);
+    }
+    test_snapshot before[3], after[3];
+    snaps_take(a, 3, sa, before);
+    EXPECT(ssm_commit(a, &t, one, NULL), SSM_ERR_TICKET_STALE);
+    ck_assert_msg(strstr(ssm_last_error(), "256 forwards have run since, more than the 256") != NULL,
+                  "%s", ssm_last_error());
+    snaps_take(a, 3, sa, after);
+    snaps_assert_equal(3, before, after, "too old a ticket");
+    snaps_free(3, before);
+    snaps_free(3, after);
+    ios_free(&wd, v);
+    ssm_ctx_destroy(a);
+    world_free(&wd);
+}
+END_TEST
+
 /* ============================================================ foreign */
 
 /* Tickets of two contexts whose forwards have the same number and shape:
@@ -1147,6 +1183,7 @@ Suite *make_suite(void)
 
     TCase *repeated = tcase_create("repeated");
     tcase_add_loop_test(repeated, test_repeated, 0, 4);
+    tcase_add_loop_test(repeated, test_too_old_is_stale, 0, 3);
     suite_add_tcase(s, repeated);
 
     TCase *foreign = tcase_create("foreign");
