@@ -1,7 +1,9 @@
 #!/bin/sh
 # The command's failure modes (TAP): a bad config, a missing plugin, a
-# wrong-ABI plugin, an unknown mode in --modes and a bad --pool-bytes each give
-# exactly one error line on stderr and exit 2.
+# wrong-ABI plugin, an unknown mode in --modes, a bad --pool-bytes, an
+# out-of-range --stop-after, an empty list item, an unwritable serve --json and
+# an extra inspect argument each give exactly one error line on stderr and
+# exit 2.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -34,7 +36,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..9"
+echo "1..13"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -52,4 +54,12 @@ expect_one_line "--modes with --dump" "cannot be combined" \
     "$ssmstate" run "$tmp/ok.ini" --modes all --dump "$tmp/dump"
 expect_one_line "bad --pool-bytes" "--pool-bytes: '40GB'" \
     "$ssmstate" check "$tmp/ok.ini" --pool-bytes 40GB
+expect_one_line "--stop-after past 64 bits" "give a number of forwards" \
+    "$ssmstate" run "$tmp/ok.ini" --stop-after 99999999999999999999999 --save "$tmp/sv"
+expect_one_line "an empty item in a list" "bad argument '1,,2'" \
+    "$ssmstate" bench "$tmp/ok.ini" --batches 1,,2
+expect_one_line "serve's --json checked before the run" "--json $tmp/none/r.json: cannot write" \
+    "$ssmstate" serve "$tmp/ok.ini" --json "$tmp/none/r.json"
+expect_one_line "inspect names the extra argument" "bad argument 'extra'" \
+    "$ssmstate" inspect "$tmp/ok.ini" extra
 [ "$fails" -eq 0 ]

@@ -4,8 +4,10 @@
 # replay or compact mode produces every output block and final state bit for
 # bit (64-bit hashes from --hashes) as the session run in one go, and the
 # resumed run passes its own checks against the CPU reference. A checkpoint
-# of another workload, a corrupted page, --save without --stop-after and a
-# missing checkpoint are refused with one error line (exit 2). Prints TAP.
+# of another workload, a corrupted page (named in the error, and an earlier
+# --hashes file left as it was), a lane whose committed count its rounds cannot
+# give, --save without --stop-after and a missing checkpoint are refused with
+# one error line (exit 2). Prints TAP.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 config="$SSM_TOP_SRCDIR/examples/quickstart.ini"
@@ -28,7 +30,7 @@ in_mode replay
 in_mode compact
 sed 's/^seed = .*/seed = 7/' "$config" >"$tmp/other_seed.ini"
 
-echo "1..7"
+echo "1..9"
 "$ssmstate" run "$config" --quiet --hashes "$tmp/whole.txt" >"$tmp/out" 2>"$tmp/err"
 report $? "the whole session passes"
 sort "$tmp/whole.txt" >"$tmp/whole.sorted"
@@ -56,10 +58,22 @@ report $? "a checkpoint of another workload is refused"
 # one flipped byte in a page's payload: the checksum catches it
 cp "$tmp/ckpt/lane-0.page" "$tmp/lane-0.page"
 printf '\377' | dd of="$tmp/ckpt/lane-0.page" bs=1 seek=200 conv=notrunc 2>/dev/null
-"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
-one_error $? "checksum mismatch"
-report $? "a corrupted page is refused"
+cp "$tmp/whole.txt" "$tmp/kept.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" --hashes "$tmp/kept.txt" \
+    >"$tmp/out" 2>"$tmp/err"
+one_error $? "ckpt/lane-0.page: page payload checksum mismatch"
+report $? "a corrupted page is refused, by name"
+cmp -s "$tmp/whole.txt" "$tmp/kept.txt" && [ ! -e "$tmp/kept.txt.tmp" ]
+report $? "the failed run left the earlier --hashes file as it was"
 cp "$tmp/lane-0.page" "$tmp/ckpt/lane-0.page"
+
+# a lane line whose committed count its prompt and rounds cannot give
+cp "$tmp/ckpt/session.txt" "$tmp/session.txt"
+sed 's/committed [0-9]*/committed 2147483647/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "tokens committed, which its prompt of"
+report $? "an impossible committed count is refused"
+cp "$tmp/session.txt" "$tmp/ckpt/session.txt"
 
 "$ssmstate" run "$config" --quiet --save "$tmp/ckpt2" >"$tmp/out" 2>"$tmp/err"
 one_error $? "go together"

@@ -28,9 +28,10 @@ int cmd_serve(int argc, char **argv); /* cmd_serve.c: the streamed serving bench
  * separated by commas. */
 int cmd_run_modes(const char *config_path, const char *modes, int show_progress);
 
-/* Option lists (cli_lists.c), parsed in place (`text` is cut with strtok,
- * the results point into it). cli_split_list: at most `max` comma-separated
- * items; returns their count, or -1 (none, or too many). cli_parse_states:
+/* Option lists (cli_lists.c), parsed in place (`text` is cut at its
+ * commas, the results point into it). cli_split_list: at most `max`
+ * comma-separated items, none empty; returns their count, or -1 (none, an
+ * empty one, or too many). cli_parse_states:
  * "f32", "bf16" or both, distinct. cli_parse_modes: "all" (native,
  * compact, replay) or distinct names under 64 bytes, at most `max`. Both
  * return 0, or -1 for a bad list. */
@@ -47,6 +48,11 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A usage error as one line on stderr, naming the offending argument when
  * `bad` is not NULL; returns CLI_EXIT_USAGE. */
 int cli_usage(const char *usage, const char *bad);
+
+/* Whether `path` can be written, asked before a long run whose results go
+ * there (the file is not truncated, and removed again if it was new).
+ * CLI_EXIT_OK, or an exit code after an error naming option and path. */
+int cli_check_writable(const char *option, const char *path);
 
 /* cli_fail with the library's ssm_last_error() as the message. */
 int cli_fail_library(void);

@@ -20,12 +20,16 @@ int cli_parse_long(const char *text, long min, long max, long *out)
 int cli_split_list(char *text, char **items, int max)
 {
     int count = 0;
-    for (char *item = strtok(text, ","); item; item = strtok(NULL, ",")) {
-        if (count == max)
+    for (char *item = text; item;) {
+        char *comma = strchr(item, ',');
+        if (comma)
+            *comma = '\0';
+        if (!*item || count == max) /* "1,,2", ",1", "1,", "": an empty item */
             return -1;
         items[count++] = item;
+        item = comma ? comma + 1 : NULL;
     }
-    return count ? count : -1;
+    return count;
 }
 
 int cli_parse_states(char *text, ssm_dtype states[2], int32_t *count)

@@ -51,8 +51,13 @@ static const char *dtype_name(ssm_dtype t)
 
 int cmd_inspect(int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-')
-        return cli_usage(usage, argc > 1 ? argv[1] : NULL);
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: %s\n", usage);
+        return CLI_EXIT_OK;
+    }
+    if (argc != 2 || argv[1][0] == '-') /* name the argument that is wrong */
+        return cli_usage(usage, argc > 2 ? argv[argv[1][0] == '-' ? 1 : 2]
+                                : argc > 1 ? argv[1] : NULL);
     size_t bytes = 0;
     void *page = read_file(argv[1], &bytes);
     if (!page)

@@ -21,7 +21,7 @@ static const char *format_capabilities(uint64_t caps, char *buf, size_t len)
         {SSM_CAP_GDN, "gdn"},           {SSM_CAP_KDA, "kda"},
         {SSM_CAP_STATE_F32, "state-f32"}, {SSM_CAP_STATE_BF16, "state-bf16"},
         {SSM_CAP_ACT_F32, "act-f32"},   {SSM_CAP_ACT_BF16, "act-bf16"},
-        {SSM_CAP_PAGES, "pages"},
+        {SSM_CAP_PAGES, "pages"},       {SSM_CAP_LAYOUTS, "layouts"},
     };
     size_t used = 0;
     buf[0] = '\0';

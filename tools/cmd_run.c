@@ -8,9 +8,12 @@
  * token) and per finished request and layer (its exported window and
  * state), each with a 64-bit FNV-1a hash, so two runs (one of them resumed)
  * can be compared bit for bit. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "ssmstate/ssmstate.h"
 #include "cli.h"
@@ -119,8 +122,9 @@ int cmd_run(int argc, char **argv)
         case 'l': opt.load_dir = optarg; break;
         case 'f': hashes_path = optarg; break;
         case 'n':
+            errno = 0;
             opt.stop_after = strtoll(optarg, &end, 10);
-            if (!*optarg || *end || opt.stop_after < 1)
+            if (!*optarg || *end || errno == ERANGE || opt.stop_after < 1)
                 return cli_fail("--stop-after %s: give a number of forwards, 1 or more", optarg);
             break;
         case 'h': printf("usage: %s\n", usage_line); return CLI_EXIT_OK;
@@ -156,17 +160,28 @@ int cmd_run(int argc, char **argv)
                     ssm_dtype_size(c->state_dtype),
                 (size_t)c->model.value_heads * c->model.value_dim * act};
     session_observer observer = {&h, write_output, write_final_state};
+    /* The hashes go to FILE.tmp, renamed over FILE only when the run
+     * succeeds: a failed run leaves an earlier FILE as it was. */
+    char hashes_temp[4096];
     if (hashes_path) {
-        if (!(h.file = fopen(hashes_path, "w"))) {
+        int n = snprintf(hashes_temp, sizeof hashes_temp, "%s.tmp", hashes_path);
+        if (n < 0 || (size_t)n >= sizeof hashes_temp || !(h.file = fopen(hashes_temp, "w"))) {
             ssm_ctx_destroy(ctx);
-            return cli_fail("cannot write %s", hashes_path);
+            return cli_fail("cannot write %s.tmp: %s", hashes_path,
+                            n < 0 || (size_t)n >= sizeof hashes_temp ? "path too long"
+                                                                     : strerror(errno));
         }
         opt.observer = &observer;
     }
     session_summary summary;
     int exit_code = session_run(ctx, &opt, &summary);
     if (h.file && fclose(h.file) != 0 && exit_code == CLI_EXIT_OK)
-        exit_code = cli_fail("cannot write %s", hashes_path);
+        exit_code = cli_fail("cannot write %s", hashes_temp);
+    if (h.file && exit_code == CLI_EXIT_OK && rename(hashes_temp, hashes_path) != 0)
+        exit_code = cli_fail("cannot rename %s to %s: %s", hashes_temp, hashes_path,
+                             strerror(errno));
+    if (h.file && exit_code != CLI_EXIT_OK)
+        unlink(hashes_temp);
     if (exit_code == CLI_EXIT_OK) {
         int pass = session_passed(&summary);
         print_summary(c, &plan, ssm_ctx_plugin_path(ctx), &summary, pass);

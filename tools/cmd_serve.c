@@ -366,6 +366,11 @@ int cmd_serve(int argc, char **argv)
         parse_arguments(argc, argv, &o, configs, &config_count, &json_path, &plot_path);
     if (exit_code != CLI_EXIT_OK)
         return exit_code == PARSED_HELP ? CLI_EXIT_OK : exit_code;
+    /* before the run, not after it: its results would be lost */
+    if (json_path && (exit_code = cli_check_writable("--json", json_path)) != CLI_EXIT_OK)
+        return exit_code;
+    if (plot_path && (exit_code = cli_check_writable("--plot", plot_path)) != CLI_EXIT_OK)
+        return exit_code;
     const int32_t count = config_count * o.states_count;
     serve_table *tables = calloc((size_t)count, sizeof *tables);
     if (!tables)

@@ -129,8 +129,13 @@ static int write_array(dump *d, const char *key, const char *name, const int64_t
                        int ndim, const float *data, const char *indent)
 {
     char file[256], path[PATH_MAX];
-    snprintf(file, sizeof file, "%s.npy", name);
-    snprintf(path, sizeof path, "%s/%s", d->dir, file);
+    int n = snprintf(file, sizeof file, "%s.npy", name);
+    int m = snprintf(path, sizeof path, "%s/%s", d->dir, file);
+    if (n < 0 || (size_t)n >= sizeof file || m < 0 || (size_t)m >= sizeof path) {
+        d->failed = 1;
+        return cli_fail("%s/%s.npy: path too long (at most %zu bytes)", d->dir, name,
+                        sizeof path - 1);
+    }
     if (npy_write_f32(path, shape, ndim, data) != 0) {
         d->failed = 1;
         return cli_fail("cannot write %s: %s", path, strerror(errno));
@@ -206,7 +211,13 @@ int dump_open(const char *dir, const ssm_config *config, dump **out)
     }
     d->model = config->model;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    int n = snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        free(d->dir);
+        free(d);
+        return cli_fail("%s/manifest.json: path too long (at most %zu bytes)", dir,
+                        sizeof path - 1);
+    }
     if (make_directories(dir) != 0 || !(d->manifest = fopen(path, "w"))) {
         int exit_code = cli_fail("cannot create %s: %s", path, strerror(errno));
         free(d->dir);

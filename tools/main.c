@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ssmstate/ssmstate.h"
 #include "cli.h"
@@ -46,6 +48,21 @@ int cli_usage(const char *usage, const char *bad)
     if (bad)
         return cli_fail("bad argument '%s' (usage: %s)", bad, usage);
     return cli_fail("usage: %s", usage);
+}
+
+int cli_check_writable(const char *option, const char *path)
+{
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    if (existed && S_ISDIR(st.st_mode))
+        return cli_fail("%s %s: is a directory", option, path);
+    FILE *f = fopen(path, "a"); /* creates it if need be, never truncates */
+    if (!f)
+        return cli_fail("%s %s: cannot write: %s", option, path, strerror(errno));
+    fclose(f);
+    if (!existed)
+        unlink(path);
+    return CLI_EXIT_OK;
 }
 
 int cli_fail_library(void)

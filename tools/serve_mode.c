@@ -25,7 +25,7 @@ ssm_config serve_mode_config(const ssm_config *base, const char *mode, ssm_dtype
 void serve_mode_plan(const ssm_config *base, const char *mode, ssm_dtype state, ssm_device device,
                      uint64_t budget, serve_mode_result *m)
 {
-    char bytes[32], pool[32];
+    char bytes[32], pool[32], shared[32];
     memset(m, 0, sizeof *m);
     snprintf(m->mode, sizeof m->mode, "%s", mode);
     ssm_config c = serve_mode_config(base, mode, state, device, 1);
@@ -39,9 +39,11 @@ void serve_mode_plan(const ssm_config *base, const char *mode, ssm_dtype state, 
     m->max_concurrent = fits > 65536 ? 65536 : (int32_t)fits;
     if (m->max_concurrent == 0)
         snprintf(m->error, sizeof m->error,
-                 "the state budget (%s) holds no request of %s (raise --state-budget)",
+                 "the state budget (%s) holds no request of %s after the mode's shared %s "
+                 "(raise --state-budget)",
                  cli_format_bytes(budget, pool, sizeof pool),
-                 cli_format_bytes(m->plan.bytes_per_slot, bytes, sizeof bytes));
+                 cli_format_bytes(m->plan.bytes_per_slot, bytes, sizeof bytes),
+                 cli_format_bytes(m->plan.shared_bytes, shared, sizeof shared));
 }
 
 /* qsort order of levels. */

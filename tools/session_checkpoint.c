@@ -25,13 +25,17 @@
 
 #define CHECKPOINT_MAGIC "ssmstate-session 1"
 
-static void path_of(char *buf, size_t len, const char *dir, const char *name, int32_t lane)
+/* DIR/NAME, or DIR/NAME-LANE.page|bin; 0, or -1 after an error naming a
+ * path too long for buf (never a file under a cut name). */
+static int path_of(char *buf, size_t len, const char *dir, const char *name, int32_t lane)
 {
-    if (lane >= 0)
-        snprintf(buf, len, "%s/%s-%d.%s", dir, name, (int)lane,
-                 strcmp(name, "lane") == 0 ? "page" : "bin");
-    else
-        snprintf(buf, len, "%s/%s", dir, name);
+    int n = lane >= 0 ? snprintf(buf, len, "%s/%s-%d.%s", dir, name, (int)lane,
+                                 strcmp(name, "lane") == 0 ? "page" : "bin")
+                      : snprintf(buf, len, "%s/%s", dir, name);
+    if (n >= 0 && (size_t)n < len)
+        return 0;
+    cli_fail("%s/%s: path too long (at most %zu bytes)", dir, name, len - 1);
+    return -1;
 }
 
 static int write_file(const char *path, const void *data, size_t bytes)
@@ -84,8 +88,9 @@ int session_save(session *s, const char *dir)
     char path[4096], print[512];
     size_t page_bytes = ssm_page_bytes(s->ctx);
     size_t lane_bytes = (size_t)shadow_lane_bytes(s->shadow);
+    if (path_of(path, sizeof path, dir, "session.txt", -1) != 0)
+        return CLI_EXIT_USAGE;
     void *page = malloc(page_bytes), *lane = malloc(lane_bytes);
-    path_of(path, sizeof path, dir, "session.txt", -1);
     FILE *f = page && lane ? fopen(path, "w") : NULL;
     int exit_code = f ? CLI_EXIT_OK : cli_fail("cannot write %s", path);
     if (f) {
@@ -111,11 +116,17 @@ int session_save(session *s, const char *dir)
             exit_code = cli_fail_library();
             break;
         }
-        path_of(path, sizeof path, dir, "lane", l);
+        if (path_of(path, sizeof path, dir, "lane", l) != 0) {
+            exit_code = CLI_EXIT_USAGE;
+            break;
+        }
         if ((exit_code = write_file(path, page, page_bytes)) != CLI_EXIT_OK)
             break;
         shadow_lane_save(s->shadow, l, lane);
-        path_of(path, sizeof path, dir, "shadow", l);
+        if (path_of(path, sizeof path, dir, "shadow", l) != 0) {
+            exit_code = CLI_EXIT_USAGE;
+            break;
+        }
         exit_code = write_file(path, lane, lane_bytes);
     }
     if (f && fclose(f) != 0 && exit_code == CLI_EXIT_OK)
@@ -136,12 +147,26 @@ static int load_lane(session *s, const char *dir, int32_t l, int32_t id, int32_t
         return cli_fail("%s/session.txt: lane %d request %d does not fit this session", dir,
                         (int)l, (int)id);
     request *req = &s->requests[id];
-    char path[4096];
+    /* What the session itself would have: a prompt part way in, or the
+     * whole prompt and each round's accepted length (1..T) after it. */
+    int64_t expected = req->prompt_tokens;
+    for (int32_t k = 0; k < rounds; k++) {
+        if (accepted[k] < 1 || accepted[k] > s->tokens_per_row)
+            return cli_fail("%s/session.txt: lane %d round %d accepted %d tokens, not 1..%d", dir,
+                            (int)l, (int)k, (int)accepted[k], (int)s->tokens_per_row);
+        expected += accepted[k];
+    }
+    if (rounds > 0 ? committed != expected : committed > req->prompt_tokens)
+        return cli_fail("%s/session.txt: lane %d request %d has %d tokens committed, which its "
+                        "prompt of %d and %d rounds cannot give",
+                        dir, (int)l, (int)id, (int)committed, (int)req->prompt_tokens, (int)rounds);
+    char page_path[4096], path[4096];
     void *page = NULL, *lane = NULL;
     size_t page_bytes = 0, lane_bytes = 0;
-    path_of(path, sizeof path, dir, "lane", l);
-    int exit_code = read_file(path, &page, &page_bytes);
-    path_of(path, sizeof path, dir, "shadow", l);
+    if (path_of(page_path, sizeof page_path, dir, "lane", l) != 0 ||
+        path_of(path, sizeof path, dir, "shadow", l) != 0)
+        return CLI_EXIT_USAGE;
+    int exit_code = read_file(page_path, &page, &page_bytes);
     if (exit_code == CLI_EXIT_OK)
         exit_code = read_file(path, &lane, &lane_bytes);
     if (exit_code == CLI_EXIT_OK && lane_bytes != (size_t)shadow_lane_bytes(s->shadow))
@@ -151,7 +176,7 @@ static int load_lane(session *s, const char *dir, int32_t l, int32_t id, int32_t
         exit_code = cli_fail_library();
     if (exit_code == CLI_EXIT_OK &&
         ssm_slot_import_page(s->ctx, req->slot, page, page_bytes) != SSM_OK)
-        exit_code = cli_fail_library();
+        exit_code = cli_fail("%s: %s", page_path, ssm_last_error());
     if (exit_code == CLI_EXIT_OK) {
         req->lane = l;
         req->committed = committed;
@@ -168,7 +193,8 @@ static int load_lane(session *s, const char *dir, int32_t l, int32_t id, int32_t
 int session_load(session *s, const char *dir)
 {
     char path[4096], line[8192], print[512];
-    path_of(path, sizeof path, dir, "session.txt", -1);
+    if (path_of(path, sizeof path, dir, "session.txt", -1) != 0)
+        return CLI_EXIT_USAGE;
     FILE *f = fopen(path, "r");
     if (!f)
         return cli_fail("cannot read %s: %s", path, strerror(errno));
