@@ -36,7 +36,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..13"
+echo "1..14"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -62,4 +62,7 @@ expect_one_line "serve's --json checked before the run" "--json $tmp/none/r.json
     "$ssmstate" serve "$tmp/ok.ini" --json "$tmp/none/r.json"
 expect_one_line "inspect names the extra argument" "bad argument 'extra'" \
     "$ssmstate" inspect "$tmp/ok.ini" extra
+long=$(printf '%04080d' 0)
+expect_one_line "--dump under a path too long" "path too long" \
+    "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"
 [ "$fails" -eq 0 ]
