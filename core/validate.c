@@ -74,10 +74,14 @@ ssm_status ssm_validate_step_data(const ssm_ctx *ctx, const ssm_layer_weights *w
     if (!io || !io->x || !io->gate || !io->beta || !io->out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "step tensors missing (x, gate, beta and out are required)");
-    /* The CUDA prologue reads x four channels at a time. */
+    /* The CUDA prologue reads x four channels at a time, and the tensor-core
+     * prefill writes outputs four at a time. */
     size_t align = 4 * ssm_dtype_size(ctx->config->activation_dtype);
     if (ctx->config->device.type == SSM_DEVICE_CUDA && (uintptr_t)io->x % align != 0)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
                              "io->x must be aligned to %zu bytes on a CUDA context", align);
+    if (ctx->config->device.type == SSM_DEVICE_CUDA && (uintptr_t)io->out % align != 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "io->out must be aligned to %zu bytes on a CUDA context", align);
     return SSM_OK;
 }

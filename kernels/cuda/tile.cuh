@@ -139,7 +139,7 @@ __device__ __forceinline__ void tile_store(const head_tile<E, RPL, State> &t, co
  * chunk are 32 consecutive pieces (no bank conflicts). */
 #define SSM_TILE_STAGES 2
 
-template <int E, int RPL, class State> struct tile_stage {
+template <int E, int RPL, class State> struct __align__(16) tile_stage { /* cp.async 16 */
     State chunk[RPL * E / 4][32 * SSM_TILE_WARPS][4];
 };
 

@@ -237,6 +237,43 @@ static int op_nonfinite(world *w)
     return world_compare_exports(w);
 }
 
+/* A prefill on every CUDA side with io->out (then io->x) one element off
+ * its four-element alignment: refused before anything runs, naming the
+ * tensor, and every slot exports as before (the comparison with the CPU
+ * side, which never ran it). */
+static int op_misaligned(world *w)
+{
+    w->op = "prefill with a misaligned tensor";
+    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
+    int32_t rows = world_pick_rows(w, 1, 0, lanes);
+    lengths[0] = test_rng_int(&w->rng, 1, 70);
+    step *st = step_make(w, STEP_PREFILL, 0, rows, lanes, lengths);
+    int ok = step_upload(w, st);
+    size_t act = ssm_dtype_size(w->ad);
+    for (int s = 0; ok && s < w->sides; s++) {
+        side *sd = &w->side[s];
+        if (!sd->cuda)
+            continue;
+        for (int which = 0; ok && which < 2; which++) {
+            ssm_step_io io = gpu_inputs_io(&st->din[0], st->out_dev[s][0]);
+            if (which == 0)
+                io.out = (char *)io.out + act;
+            else
+                io.x = (const char *)io.x + act;
+            ssm_prefill_batch b = {st->rows, st->slots_dev[s], st->offsets_dev,
+                                   st->longest, st->slots[s], st->start};
+            ssm_status status = ssm_prefill(sd->ctx, 0, &b, &w->dw[0].w, &io, world_stream(w, s));
+            const char *want = which == 0 ? "io->out must be aligned" : "io->x must be aligned";
+            if (status != SSM_ERR_INVALID_ARGUMENT || !strstr(ssm_last_error(), want))
+                ok = world_fail(w, "%s: a prefill with %s off by one element gave %s (%s)",
+                                sd->name, which == 0 ? "out" : "x", ssm_status_name(status),
+                                ssm_last_error());
+        }
+    }
+    step_free(w, st);
+    return ok && world_compare_exports(w);
+}
+
 /* ------------------------------------------------------------ cases */
 
 /* Cases 1 and 2: one session on the CPU and CUDA side by side. */
@@ -301,6 +338,7 @@ static int case_bad_input(const setup *su, variant v, uint64_t salt, char *desc,
     ok = ok && op_nonfinite(&w);
     for (int k = 0; k < 3 && ok; k++)
         ok = op_random(&w);
+    ok = ok && op_misaligned(&w);
     ok = ok && session_end(&w);
     snprintf(desc, len, "%s", w.desc);
     world_close(&w);
