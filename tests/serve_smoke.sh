@@ -10,7 +10,8 @@
 # check and exits 1; --device cuda runs every mode on a GPU (exit 0, every
 # mode holding requests) and exits 77 only where there is no GPU or no CUDA;
 # the cross-check gives the same lines, JSON and exit status on 1 thread and
-# on 3 (--check-threads), passed and spoiled.
+# on 3 (--check-threads), passed and spoiled; measured steps with no row to
+# run are idle steps, neither timed nor counted.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 check_png="$SSM_TOP_BUILDDIR/tests/check_png"
@@ -36,7 +37,7 @@ report() { # status, name
 small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
        --chunk 32 --check 3 --seed 5 --quiet"
 
-echo "1..13"
+echo "1..14"
 # shellcheck disable=SC2086 # $small is several words on purpose
 "$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
     --plot "$tmp/run.png" >"$tmp/out" 2>"$tmp/err"
@@ -168,4 +169,14 @@ for spoil in "" SSMSTATE_SERVE_TEST_SPOIL=1; do
     fi
 done
 report "$same" "the check's result does not depend on --check-threads (1 and 3)"
+
+# Arrivals so rare that most measured steps have nothing to run: those are
+# counted as idle, and neither timed nor counted as steps (a p50 of an empty
+# loop iteration, tens of nanoseconds, was reported before).
+"$ssmstate" serve "$config" --device cpu --modes native --state f32 --rate 0.01 --steps 12 \
+    --warmup-steps 1 --check 0 --prompt 4:48 --output 4:24 --chunk 32 --state-budget 1M \
+    --quiet --json "$tmp/idle.json" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q '"steps":12,"idle_steps":[1-9]' "$tmp/idle.json" &&
+    ! grep -qE '"p50_ms":[0-9.]*e-0?[5-9]' "$tmp/idle.json"
+report $? "steps with nothing to run are idle steps, not timed"
 [ "$fails" -eq 0 ]

@@ -13,7 +13,8 @@
 enum {
     SERVE_MAX_LIST = 16,   /* entries of a comma-separated option */
     SERVE_MAX_POINTS = 40, /* concurrency levels of one mode */
-    SERVE_DRAFTS = 3       /* max_draft_tokens: an MTP round verifies T = 4 */
+    SERVE_DRAFTS = 3,      /* max_draft_tokens: an MTP round verifies T = 4 */
+    SERVE_MAX_SLOTS = 65536 /* slots a run gives one mode, whatever its budget holds */
 };
 
 /* What to run, from the command line. */
@@ -47,7 +48,8 @@ typedef struct serve_point {
     int32_t concurrency;       /* the cap on requests holding a slot */
     double rate;               /* arrivals per step */
     int64_t warmup_steps;      /* steps run before measuring */
-    int64_t steps;             /* measured steps */
+    int64_t steps;             /* measured steps (with work: see idle_steps) */
+    int64_t idle_steps;        /* steps with no row to run while measuring, not timed */
     double seconds;            /* their wall time (sum of step times) */
     int64_t tokens;            /* output tokens accepted in them (up to each output length) */
     int64_t verify_rows;       /* MTP rounds run in them */
@@ -79,7 +81,8 @@ typedef struct serve_check_result {
 typedef struct serve_mode_result {
     char mode[64];
     ssm_plan plan;             /* capacity 1 on the run's device */
-    int32_t max_concurrent;    /* floor((budget - shared) / bytes per slot) */
+    int64_t budget_holds;      /* floor((budget - shared) / bytes per slot) */
+    int32_t max_concurrent;    /* the run's slots: budget_holds, at most SERVE_MAX_SLOTS */
     serve_point points[SERVE_MAX_POINTS];
     int32_t points_count;
     serve_check_result check;

@@ -36,7 +36,8 @@ void serve_mode_plan(const ssm_config *base, const char *mode, ssm_dtype state, 
     uint64_t fits = budget > m->plan.shared_bytes && m->plan.bytes_per_slot
                         ? (budget - m->plan.shared_bytes) / m->plan.bytes_per_slot
                         : 0;
-    m->max_concurrent = fits > 65536 ? 65536 : (int32_t)fits;
+    m->budget_holds = (int64_t)fits;
+    m->max_concurrent = fits > SERVE_MAX_SLOTS ? SERVE_MAX_SLOTS : (int32_t)fits;
     if (m->max_concurrent == 0)
         snprintf(m->error, sizeof m->error,
                  "the state budget (%s) holds no request of %s after the mode's shared %s "

@@ -15,10 +15,11 @@ serve_ratios serve_report_ratios(const serve_table *t)
     if (!native || native->max_concurrent == 0)
         return r;
     r.native_max = native->max_concurrent;
+    /* what each budget holds, not the run's capped slots */
     if (replay)
-        r.replay_concurrent = (double)replay->max_concurrent / native->max_concurrent;
+        r.replay_concurrent = (double)replay->budget_holds / (double)native->budget_holds;
     if (compact)
-        r.compact_concurrent = (double)compact->max_concurrent / native->max_concurrent;
+        r.compact_concurrent = (double)compact->budget_holds / (double)native->budget_holds;
     const serve_point *base = serve_find_point(native, r.native_max);
     const serve_point *rp = serve_find_point(replay, r.native_max);
     const serve_point *cp = serve_find_point(compact, r.native_max);
@@ -80,8 +81,9 @@ static void print_mode_row(const serve_mode_result *m)
         return;
     }
     const serve_point *p = serve_max_point(m);
-    printf("  %-9s %-13s %-14d %-14s %-8s %-8s %-10s %s\n", m->mode,
-           cli_format_bytes(m->plan.bytes_per_slot, bytes, sizeof bytes), m->max_concurrent,
+    printf("  %-9s %-13s %-14lld %-14s %-8s %-8s %-10s %s\n", m->mode,
+           cli_format_bytes(m->plan.bytes_per_slot, bytes, sizeof bytes),
+           (long long)m->budget_holds,
            number(tps, sizeof tps, "%.1f", p ? p->tokens_per_second : NAN),
            number(p50, sizeof p50, "%.3f", p ? p->p50_ms : NAN),
            number(p99, sizeof p99, "%.3f", p ? p->p99_ms : NAN),
@@ -208,6 +210,12 @@ void serve_report_print(const serve_table *t, const serve_options *o)
            "max concurrent", "tokens/s @max", "p50 ms", "p99 ms", "folds/s", "check");
     for (int32_t i = 0; i < t->modes_count; i++)
         print_mode_row(&t->modes[i]);
+    for (int32_t i = 0; i < t->modes_count; i++)
+        if (t->modes[i].budget_holds > t->modes[i].max_concurrent)
+            printf("  (%s: the budget holds %lld requests; the run stops at %d slots, so its "
+                   "largest level and tokens/s are at %d)\n",
+                   t->modes[i].mode, (long long)t->modes[i].budget_holds,
+                   t->modes[i].max_concurrent, t->modes[i].max_concurrent);
     printf("  (folds/s: replay's folds of (slot, layer) states, derived from its fold rule: the "
            "library does not report folds)\n");
     print_ratios(t);
@@ -247,8 +255,8 @@ static void json_point(FILE *out, const serve_point *p)
 {
     fprintf(out, "{\"concurrency\":%d,\"rate\":", p->concurrency);
     json_number(out, p->rate);
-    fprintf(out, ",\"warmup_steps\":%lld,\"steps\":%lld,\"seconds\":", (long long)p->warmup_steps,
-            (long long)p->steps);
+    fprintf(out, ",\"warmup_steps\":%lld,\"steps\":%lld,\"idle_steps\":%lld,\"seconds\":",
+            (long long)p->warmup_steps, (long long)p->steps, (long long)p->idle_steps);
     json_number(out, p->seconds);
     fprintf(out, ",\"tokens\":%lld,\"verify_rows\":%lld,\"prefill_tokens\":%lld,\"finished\":%lld,"
                  "\"folds\":",
@@ -310,12 +318,12 @@ static void json_mode(FILE *out, const serve_mode_result *m)
     fputs("{\"mode\":", out);
     json_string(out, m->mode);
     fprintf(out, ",\"bytes_per_request\":%llu,\"state_bytes\":%llu,\"conv_bytes\":%llu,"
-                 "\"scratch_bytes\":%llu,\"shared_bytes\":%llu,\"max_concurrent\":%d,"
-                 "\"status_flags\":%u,\"error\":",
+                 "\"scratch_bytes\":%llu,\"shared_bytes\":%llu,\"max_concurrent\":%lld,"
+                 "\"run_slots\":%d,\"status_flags\":%u,\"error\":",
             (unsigned long long)p->bytes_per_slot, (unsigned long long)p->state_bytes_per_slot,
             (unsigned long long)p->conv_bytes_per_slot,
             (unsigned long long)p->scratch_bytes_per_slot, (unsigned long long)p->shared_bytes,
-            m->max_concurrent, m->status_flags);
+            (long long)m->budget_holds, m->max_concurrent, m->status_flags);
     if (m->error[0])
         json_string(out, m->error);
     else

@@ -417,7 +417,11 @@ static int run_step(level *v)
     if (tokens < 0)
         return -1;
     double ms = 1e3 * (serve_now() - start);
-    if (v->measuring) {
+    if (v->measuring && v->prefill_count == 0 && v->verify_count == 0) {
+        /* Nothing arrived yet, or the queue ran dry: not an engine step,
+         * so not in the step times, the means or the step count. */
+        v->out->idle_steps++;
+    } else if (v->measuring) {
         serve_point *out = v->out;
         v->step_ms[out->steps] = ms;
         v->device_ms[out->steps] = device_ms;
@@ -525,8 +529,15 @@ int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serv
         snprintf(error, len, "out of memory for the stream");
     v.measuring = o->warmup_steps == 0;
     v.logging = v.logging && !v.measuring;
-    while (status == 0 && out->steps < o->steps)
+    while (status == 0 && out->steps < o->steps) {
         status = run_step(&v);
+        if (status == 0 && out->idle_steps > 1000 * (int64_t)o->steps) {
+            snprintf(error, len, "%lld idle steps at %d concurrent: arrivals too rare for "
+                     "--steps %d (raise --rate)",
+                     (long long)out->idle_steps, (int)concurrency, (int)o->steps);
+            status = -1;
+        }
+    }
     if (status == 0)
         summarize(&v);
     release_all(&v);
