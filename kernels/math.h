@@ -9,8 +9,10 @@
  * ssm_log1pf below replace the libraries' expf and log1pf, which differ by a
  * few ulps between glibc and CUDA. A one-ulp difference in SiLU is enough to
  * flip the bf16 rounding of a conv output, and from there every later state;
- * with one implementation, CPU and GPU see the same inputs to the recurrence
- * and differ only in the order of its sums (SPEC 3.5). */
+ * with one implementation, CPU and GPU get the same conv outputs and gates,
+ * bit for bit, and differ in the order of their sums: the L2 norm's sum of
+ * squares (the GPU's butterfly over a head's lanes), then the recurrence's
+ * (SPEC 3.5). */
 #ifndef SSM_KERNELS_MATH_H
 #define SSM_KERNELS_MATH_H
 
