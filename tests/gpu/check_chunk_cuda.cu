@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -414,7 +415,12 @@ int main()
     cases.push_back({300, false, false, 2, 4, 32, 32, false});
     cases.push_back({130, true, true, 2, 4, 32, 32, false});
     std::printf("1..%zu\n", 2 * cases.size());
-    std::mt19937_64 rng(0x5eed0c4u);
+    /* Fresh inputs every run, reproducible with SSM_TEST_SEED. */
+    const char *seed_text = std::getenv("SSM_TEST_SEED");
+    uint64_t seed = seed_text ? std::strtoull(seed_text, nullptr, 10) : std::random_device{}();
+    std::printf("# seed %llu: rerun with SSM_TEST_SEED=%llu\n", (unsigned long long)seed,
+                (unsigned long long)seed);
+    std::mt19937_64 rng(seed);
     int failed = 0, number = 0;
     for (const Case &c : cases) {
         Batch b = make_batch(c, rng);
@@ -427,8 +433,9 @@ int main()
             std::vector<float> out, S, out_split, S_split;
             bool ran = gpu_batch(b, tensor_cores, 0, out, S) &&
                        gpu_batch(b, tensor_cores, SSM_CHUNK_TOKENS, out_split, S_split);
-            /* 3xTF32 products: as close as the CUDA-core form */
-            double cpu_limit = c.bf16_state ? 2e-3 : 1e-4;
+            /* 3xTF32 products: as close as the CUDA-core form, within SPEC
+               3.5's 1e-5 for an fp32 state (measured at most 1.8e-6) */
+            double cpu_limit = c.bf16_state ? 2e-3 : 1e-5;
             double o_cpu = ran ? rel_rms(b, out, out_cpu, true) : NAN;
             double s_cpu = ran ? rel_rms(b, S, S_cpu, false) : NAN;
             double o_64 = ran ? rel_rms(b, out, out64, true) : NAN;
