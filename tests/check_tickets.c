@@ -366,6 +366,75 @@ START_TEST(test_too_old_is_stale)
 }
 END_TEST
 
+/* A commit with live rows and no accepted lengths is refused and leaves the
+ * forward open: the same ticket commits afterwards. */
+START_TEST(test_commit_without_lengths)
+{
+    world wd;
+    world_init(&wd, _i, 2, SALT(__LINE__));
+    int32_t sa[2];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t rows[2] = {sa[0], sa[1]}, acc[2] = {1, 1};
+    ssm_batch b = {2, 1, rows, NULL};
+    test_io *v = ios_make(&wd, 2);
+    ssm_ticket t = SSM_TICKET_INIT;
+    verify_all(a, &wd, &b, v, &t);
+    EXPECT(ssm_commit(a, &t, NULL, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "no accepted lengths") != NULL, "%s", ssm_last_error());
+    EXPECT(ssm_commit(a, &t, acc, NULL), SSM_OK);
+    ios_free(&wd, v);
+    ssm_ctx_destroy(a);
+    world_free(&wd);
+}
+END_TEST
+
+/* The bounds of the ticket book, with padding-only forwards (they open and
+ * commit like any other): at most 64 open at once, and a forward still open
+ * when 256 newer ones have run blocks the next verify (its ring entry would
+ * be overwritten) until it is committed. */
+START_TEST(test_open_forward_bounds)
+{
+    world wd;
+    world_init(&wd, _i, 1, SALT(__LINE__));
+    int32_t sa[1];
+    ssm_ctx *a = world_ctx(&wd, sa);
+    int32_t pad[1] = {-1};
+    ssm_batch b = {1, 1, pad, NULL};
+    test_io *v = ios_make(&wd, 1);
+    enum { OPEN = 64 };
+    ssm_ticket open[OPEN + 1];
+    for (int i = 0; i < OPEN; i++) {
+        open[i] = (ssm_ticket)SSM_TICKET_INIT;
+        verify_all(a, &wd, &b, v, &open[i]);
+    }
+    open[OPEN] = (ssm_ticket)SSM_TICKET_INIT;
+    EXPECT(ssm_verify(a, 0, &b, &wd.w[0].w, &v[0].io, &open[OPEN], NULL),
+           SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "64 forwards are open") != NULL, "%s",
+                  ssm_last_error());
+    for (int i = 1; i < OPEN; i++)
+        EXPECT(ssm_commit(a, &open[i], NULL, NULL), SSM_OK);
+    /* open[0] is forward 1; forwards 2..64 are committed. 192 more make
+     * 256 forwards since it opened: the next one would take its ring entry. */
+    for (int i = 0; i < 192; i++) {
+        ssm_ticket u = SSM_TICKET_INIT;
+        verify_all(a, &wd, &b, v, &u);
+        EXPECT(ssm_commit(a, &u, NULL, NULL), SSM_OK);
+    }
+    ssm_ticket next = SSM_TICKET_INIT;
+    EXPECT(ssm_verify(a, 0, &b, &wd.w[0].w, &v[0].io, &next, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(ssm_last_error(), "is still open after 256 newer ones") != NULL, "%s",
+                  ssm_last_error());
+    EXPECT(ssm_commit(a, &open[0], NULL, NULL), SSM_OK);
+    next = (ssm_ticket)SSM_TICKET_INIT;
+    verify_all(a, &wd, &b, v, &next);
+    EXPECT(ssm_commit(a, &next, NULL, NULL), SSM_OK);
+    ios_free(&wd, v);
+    ssm_ctx_destroy(a);
+    world_free(&wd);
+}
+END_TEST
+
 /* ============================================================ foreign */
 
 /* Tickets of two contexts whose forwards have the same number and shape:
@@ -1184,6 +1253,8 @@ Suite *make_suite(void)
     TCase *repeated = tcase_create("repeated");
     tcase_add_loop_test(repeated, test_repeated, 0, 4);
     tcase_add_loop_test(repeated, test_too_old_is_stale, 0, 3);
+    tcase_add_loop_test(repeated, test_commit_without_lengths, 0, 3);
+    tcase_add_loop_test(repeated, test_open_forward_bounds, 0, 3);
     suite_add_tcase(s, repeated);
 
     TCase *foreign = tcase_create("foreign");
