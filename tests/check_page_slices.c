@@ -286,10 +286,25 @@ START_TEST(ranks_follow_the_whole_model)
     ck_assert_msg(test_snapshot_equal(&before, &after), "a refused import changed the slot");
     test_snapshot_free(&before);
     test_snapshot_free(&after);
-    /* a slice off the key-head groups */
-    if (w.group == 2)
+    /* rank 0's page (heads [0, per)) into the whole context: refused, the
+     * slot unchanged */
+    ck_assert_int_eq(test_snapshot_take(w.whole, w.slot, &before), SSM_OK);
+    ck_assert_int_eq(ssm_slot_import_page(w.whole, w.slot, pages[w.tp - 1], sizes[w.tp - 1]),
+                     SSM_ERR_PAGE_INVALID);
+    ck_assert_ptr_nonnull(strstr(ssm_last_error(), "value heads"));
+    ck_assert_int_eq(test_snapshot_take(w.whole, w.slot, &after), SSM_OK);
+    ck_assert_msg(test_snapshot_equal(&before, &after), "a refused import changed the slot");
+    test_snapshot_free(&before);
+    test_snapshot_free(&after);
+    /* slices off the key-head groups: both ends, the first, the end */
+    if (w.group == 2) {
         ck_assert_int_eq(ssm_page_slice(whole, whole_bytes, 1, 3, merged, whole_bytes, NULL),
                          SSM_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(ssm_page_slice(whole, whole_bytes, 1, 4, merged, whole_bytes, NULL),
+                         SSM_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(ssm_page_slice(whole, whole_bytes, 0, 3, merged, whole_bytes, NULL),
+                         SSM_ERR_INVALID_ARGUMENT);
+    }
     ck_assert_int_eq(ssm_page_slice(whole, whole_bytes, 0, w.m.value_heads + w.group, merged,
                                     whole_bytes, NULL),
                      SSM_ERR_INVALID_ARGUMENT);
@@ -301,14 +316,22 @@ START_TEST(ranks_follow_the_whole_model)
 }
 END_TEST
 
-/* Pages of different models do not merge. */
+/* Pages of different models or dtypes do not merge: _i picks what differs
+ * (value_dim, KDA's lower_bound, the state dtype). */
 START_TEST(merge_refuses_another_model)
 {
-    ssm_model_dims a = {SSM_MODEL_GDN, 1, 2, 2, 16, 8, 4, 0, 0.0f}, b = a;
-    b.value_dim = 16;
+    ssm_model_dims a = {SSM_MODEL_GDN, 1, 2, 2, 16, 8, 4, 0, 0.0f}, b;
+    ssm_dtype sb = _i == 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    if (_i == 1)
+        a = (ssm_model_dims){SSM_MODEL_KDA, 1, 2, 2, 16, 8, 4, 1, -5.0f};
+    b = a;
+    if (_i == 0)
+        b.value_dim = 16;
+    else if (_i == 1)
+        b.lower_bound = -3.0f;
     ssm_config ca, cb;
     test_config(&ca, &a, "native", SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 0);
-    test_config(&cb, &b, "native", SSM_DTYPE_F32, SSM_DTYPE_F32, 1, 0);
+    test_config(&cb, &b, "native", sb, SSM_DTYPE_F32, 1, 0);
     ca.head_slice = (ssm_head_slice){4, 4, 0};
     cb.head_slice = (ssm_head_slice){4, 4, 2};
     ssm_ctx *x, *y;
@@ -368,7 +391,7 @@ Suite *make_suite(void)
     Suite *s = suite_create("page slices");
     TCase *tc = tcase_create("tensor parallel");
     tcase_add_loop_test(tc, ranks_follow_the_whole_model, 0, 16);
-    tcase_add_test(tc, merge_refuses_another_model);
+    tcase_add_loop_test(tc, merge_refuses_another_model, 0, 3);
     tcase_add_test(tc, config_refuses_bad_slices);
     suite_add_tcase(s, tc);
     return s;

@@ -5,6 +5,7 @@
  * decode's outputs; exporting never changes the slot; every rejection (magic, version, header or payload
  * corruption, truncation, another model or dtype) gives SSM_ERR_PAGE_INVALID
  * with a message naming it and leaves the slot as it was. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +27,13 @@ typedef struct page_ctx {
     int32_t slot;
 } page_ctx;
 
-static void open_ctx(page_ctx *p, const ssm_model_dims *m, const char *mode, ssm_dtype state,
-                     uint64_t seed)
+static void open_ctx_act(page_ctx *p, const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                         ssm_dtype act, uint64_t seed)
 {
     memset(p, 0, sizeof *p);
     p->m = *m;
     p->state = state;
-    p->act = SSM_DTYPE_F32;
+    p->act = act;
     ssm_config c;
     test_config(&c, m, mode, state, p->act, 4, 3);
     ck_assert_int_eq(ssm_ctx_create(&c, &p->ctx), SSM_OK);
@@ -41,6 +42,12 @@ static void open_ctx(page_ctx *p, const ssm_model_dims *m, const char *mode, ssm
     for (int32_t l = 0; l < m->layers; l++)
         test_weights_make(&r, m, 1, &p->tw[l]);
     ck_assert_int_eq(ssm_slot_acquire(p->ctx, &p->slot), SSM_OK);
+}
+
+static void open_ctx(page_ctx *p, const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                     uint64_t seed)
+{
+    open_ctx_act(p, m, mode, state, SSM_DTYPE_F32, seed);
 }
 
 static void close_ctx(page_ctx *p)
@@ -244,6 +251,14 @@ static const spoil spoils[] = {
     {"truncated header", "truncated"},
     {"another layer count", "layers"},
     {"another state dtype", "state dtype"},
+    /* one model field or dtype of the target differs, the rest as the page */
+    {"another value_dim", "value_dim"},
+    {"another model kind", "model kind"},
+    {"another activation dtype", "activation dtype"},
+    {"another lower_bound", "page has lower_bound"},
+    {"another head count", "page has heads"},
+    {"another key_dim", "key_dim"},
+    {"another conv_width", "conv_width"},
 };
 #define SPOILS ((int)(sizeof spoils / sizeof spoils[0]))
 
@@ -255,6 +270,13 @@ START_TEST(rejections_leave_the_slot)
     test_rng r;
     test_rng_init(&r, test_seed() + 100 + (uint64_t)_i);
     ssm_model_dims m = dims_of(&r, test_rng_int(&r, 0, 1));
+    if (!strcmp(s->name, "another model kind"))
+        m.has_lower_bound = 0; /* GDN has none */
+    if (!strcmp(s->name, "another lower_bound")) {
+        m.kind = SSM_MODEL_KDA;
+        m.has_lower_bound = 1;
+        m.lower_bound = -5.0f;
+    }
     uint64_t weights = test_rng_next(&r);
     page_ctx a, b;
     open_ctx(&a, &m, "native", SSM_DTYPE_F32, weights);
@@ -262,7 +284,7 @@ START_TEST(rejections_leave_the_slot)
     size_t bytes;
     unsigned char *page = export_page(&a, &bytes);
     ssm_model_dims target = m;
-    ssm_dtype target_state = SSM_DTYPE_F32;
+    ssm_dtype target_state = SSM_DTYPE_F32, target_act = SSM_DTYPE_F32;
     size_t given = bytes;
     if (!strcmp(s->name, "bad magic")) {
         page[0] ^= 0x20;
@@ -278,10 +300,24 @@ START_TEST(rejections_leave_the_slot)
         given = 40;
     } else if (!strcmp(s->name, "another layer count")) {
         target.layers = 1;
-    } else {
+    } else if (!strcmp(s->name, "another state dtype")) {
         target_state = SSM_DTYPE_BF16;
+    } else if (!strcmp(s->name, "another value_dim")) {
+        target.value_dim = m.value_dim == 8 ? 16 : 8;
+    } else if (!strcmp(s->name, "another model kind")) {
+        target.kind = m.kind == SSM_MODEL_KDA ? SSM_MODEL_GDN : SSM_MODEL_KDA;
+    } else if (!strcmp(s->name, "another activation dtype")) {
+        target_act = SSM_DTYPE_BF16;
+    } else if (!strcmp(s->name, "another lower_bound")) {
+        target.lower_bound = -3.0f;
+    } else if (!strcmp(s->name, "another head count")) {
+        target.heads = m.heads == 1 ? m.value_heads : 1; /* both divide value_heads */
+    } else if (!strcmp(s->name, "another key_dim")) {
+        target.key_dim = m.key_dim == 8 ? 16 : 8;
+    } else {
+        target.conv_width = m.conv_width == 2 ? 3 : 2;
     }
-    open_ctx(&b, &target, mode, target_state, weights);
+    open_ctx_act(&b, &target, mode, target_state, target_act, weights);
     run(&b, 3, 2, NULL, NULL);
     test_snapshot before, after;
     ck_assert_int_eq(test_snapshot_take(b.ctx, b.slot, &before), SSM_OK);
@@ -370,6 +406,46 @@ START_TEST(slot_copy_refusals)
 }
 END_TEST
 
+/* _i: target mode. An import replaces a flagged slot's state and clears its
+ * flags (docs/pages.md): a NaN input flags the slot, a clean page's import
+ * leaves it and the context unflagged. */
+START_TEST(import_clears_flags)
+{
+    const char *mode = modes[_i % MODES];
+    test_rng r;
+    test_rng_init(&r, test_seed() + 500 + (uint64_t)_i);
+    ssm_model_dims m = dims_of(&r, _i % 2);
+    uint64_t weights = test_rng_next(&r);
+    page_ctx a, b;
+    open_ctx(&a, &m, "native", SSM_DTYPE_F32, weights);
+    open_ctx(&b, &m, mode, SSM_DTYPE_F32, weights);
+    run(&a, 4, 1, NULL, NULL);
+    size_t bytes;
+    void *page = export_page(&a, &bytes);
+    test_io io;
+    test_io_make(&r, &m, b.act, 3, &io);
+    ((float *)io.x)[test_rng_int(&r, 0, 2)] = NAN;
+    int32_t offsets[2] = {0, 3};
+    ssm_prefill_batch pb = {1, &b.slot, offsets, 3, NULL, NULL};
+    ck_assert_int_eq(ssm_prefill(b.ctx, 0, &pb, &b.tw[0].w, &io.io, NULL), SSM_OK);
+    test_io_free(&io);
+    uint32_t flags = 0;
+    ssm_ctx_report rep = {0, 0, 0};
+    ck_assert_int_eq(ssm_slot_flags(b.ctx, b.slot, &flags), SSM_OK);
+    ck_assert_msg(flags & SSM_FLAG_NONFINITE_INPUT, "%s: the NaN did not flag the slot", mode);
+    ck_assert_int_eq(ssm_slot_import_page(b.ctx, b.slot, page, bytes), SSM_OK);
+    ck_assert_int_eq(ssm_slot_flags(b.ctx, b.slot, &flags), SSM_OK);
+    ck_assert_msg(flags == 0, "%s: the import left flags %#x", mode, flags);
+    ck_assert_int_eq(ssm_ctx_status(b.ctx, &rep), SSM_OK);
+    ck_assert_msg(rep.flags == 0 && rep.flagged_slots == 0 && rep.first_flagged == -1,
+                  "%s: status flags %#x on %d slots after the import", mode, rep.flags,
+                  rep.flagged_slots);
+    free(page);
+    close_ctx(&a);
+    close_ctx(&b);
+}
+END_TEST
+
 START_TEST(bad_calls)
 {
     test_rng r;
@@ -412,6 +488,7 @@ Suite *make_suite(void)
     tc = tcase_create("slot copy");
     tcase_add_loop_test(tc, slot_copy_matches, 0, MODES * 2);
     tcase_add_test(tc, slot_copy_refusals);
+    tcase_add_loop_test(tc, import_clears_flags, 0, MODES * 2);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
