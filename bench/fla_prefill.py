@@ -5,9 +5,17 @@ Times chunk_gated_delta_rule (Qwen3-Next: H 16, HV 32, K = V = 128) and chunk_kd
 H = HV = 32) on 1 x 4096 and 8 x 1024 tokens and bench_chunk.cu's variable-length batch (8 rows,
 8192 tokens, packed and split by cu_seqlens), one layer: bf16 q/k/v, fp32 log-decays and beta as
 the prologue leaves them (q and k normalized in the kernel), an fp32 initial state, the final state
-returned. Median of --reps torch.cuda.Event intervals after warm-up; tokens/s per layer. When the
-GDN kernel refuses more value heads than key heads, q and k are repeated per value head (noted).
-Usage: python3 bench/fla_prefill.py [--reps N]   (fla-core as bench/fla_bench.py finds it)
+returned. When the GDN kernel refuses more value heads than key heads, q and k are repeated per
+value head (noted). Two timings per shape, median of --reps torch.cuda.Event intervals after
+warm-up, tokens/s per layer from the first:
+  median ms   the call captured in a CUDA graph and replayed, each repetition behind a GPU sleep
+              kernel (bench/fla_bench.py's bench()): fla's kernels without the host's launch cost,
+              as bench_chunk.cu times ssmstate's (plain launches, still behind the sleep, when the
+              capture fails; the note says so). This is the number to compare.
+  eager ms    one Python call between two events, synchronized after each: what the earlier
+              passes printed. Host-bound when the host is slow (1.6 ms at every shape in one
+              call of 2026-11-30, against 0.7 to 0.8 ms in another), so it is for reference only.
+Usage: python3 bench/fla_prefill.py [--reps N] [--only gdn|kda]  (fla-core as fla_bench.py finds it)
 """
 import argparse
 import os
@@ -26,10 +34,12 @@ VARLEN_ROWS = [2048, 512, 1536, 256, 1024, 768, 1280, 768]
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--only", choices=("gdn", "kda"), help="time one model (Triton compiles take minutes)")
     args = p.parse_args()
     import importlib
     import torch
     fla_bench.load_fla()
+    fla_bench.torch = torch  # its bench() uses the module's torch
     fns = {}
     for model, mod, name in (("gdn", "fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
                              ("kda", "fla.ops.kda", "chunk_kda")):
@@ -37,10 +47,11 @@ def main():
             fns[model] = getattr(importlib.import_module(mod), name)
         except Exception as e:  # report and go on
             print(f"# {mod}.{name} unavailable: {type(e).__name__}: {e}")
-    print(f"{'model':8s} {'B x T':>10s} {'median ms':>10s} {'tokens/s/layer':>15s}  note")
+    print(f"{'model':8s} {'B x T':>10s} {'median ms':>10s} {'tokens/s/layer':>15s} {'eager ms':>9s}  note",
+          flush=True)
     dev, K, V = "cuda", 128, 128
     for model, H, HV, B, T in SHAPES:
-        if model not in fns:
+        if model not in fns or (args.only and model != args.only):
             continue
         bf = dict(device=dev, dtype=torch.bfloat16)
         rows, extra = B, {}
@@ -83,8 +94,12 @@ def main():
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
-        ms = statistics.median(times)
-        print(f"{model:8s} {label} {ms:10.3f} {B * T / ms / 1e3:14.2f}M  {note}")
+        eager = statistics.median(times)
+        us, method, _, _ = fla_bench.bench(call, args.reps, use_graph=True)
+        ms = us / 1e3
+        if method != "graph":
+            note = (note + "; " if note else "") + "plain launches (capture failed)"
+        print(f"{model:8s} {label} {ms:10.3f} {B * T / ms / 1e3:14.2f}M {eager:9.3f}  {note}", flush=True)
 
 
 if __name__ == "__main__":
