@@ -1,11 +1,14 @@
 /* State accounting: the bytes per slot every built-in mode plans, against the
  * storage formulas of docs/modes.md written out again here (not taken from
  * the kernels), for random shapes, dtypes, draft widths and history lengths;
- * the pool identity; and issue 3's targets at Qwen3-Next shape. */
+ * the pool identity; the plan against what each mode's create really
+ * allocates on the CPU; and issue 3's targets at Qwen3-Next shape. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
+#include "tests/expect.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"
 
@@ -148,6 +151,87 @@ static void check_mode(const shape *s, const char *mode, uint64_t expected, int3
     ck_assert_uint_eq(p.pool_bytes, (uint64_t)p.capacity * p.bytes_per_slot + p.shared_bytes);
 }
 
+/* ---------------------------------------------------- what create allocates */
+
+/* The public API reports plans only, so the test notes each block a mode's
+ * create asks for: the context's own services with the two alloc entries
+ * passing through here (one test at a time per forked process). */
+static struct allocation_log {
+    const ssm_services_v1 *real;
+    int32_t count;
+    void *blocks[32];
+    size_t bytes[32];
+} allocation_log;
+
+static void *noted(void *block, size_t bytes)
+{
+    if (block) {
+        ck_assert_int_lt(allocation_log.count, 32);
+        allocation_log.blocks[allocation_log.count] = block;
+        allocation_log.bytes[allocation_log.count++] = bytes;
+    }
+    return block;
+}
+
+static void *log_alloc(void *core, size_t bytes)
+{
+    return noted(allocation_log.real->alloc(core, bytes), bytes);
+}
+
+static void *log_alloc_host(void *core, size_t bytes)
+{
+    return noted(allocation_log.real->alloc_host(core, bytes), bytes);
+}
+
+/* The bytes `mode`'s create asks for at shape s with `capacity` slots,
+ * besides the instance's own block (no plan counts it), from a second
+ * instance made with the parameters the core handed the context's; *plan
+ * gets the context's plan. */
+static uint64_t allocated_bytes(const shape *s, const char *mode, int32_t capacity,
+                                ssm_plan *plan)
+{
+    ssm_config c;
+    replay_section storage;
+    make_config(&c, s, mode, capacity, &storage);
+    ssm_ctx *ctx = NULL;
+    ck_assert_msg(ssm_ctx_create(&c, &ctx) == SSM_OK, "%s: %s", mode, ssm_last_error());
+    EXPECT(ssm_ctx_plan(ctx, plan), SSM_OK);
+    memset(&allocation_log, 0, sizeof allocation_log);
+    allocation_log.real = &ctx->services;
+    ssm_services_v1 services = ctx->services;
+    services.alloc = log_alloc;
+    services.alloc_host = log_alloc_host;
+    void *instance = NULL;
+    ck_assert_msg(ctx->mode->create(&ctx->params, &services, &instance) == SSM_OK, "%s: %s",
+                  mode, ssm_last_error());
+    uint64_t bytes = 0;
+    for (int32_t i = 0; i < allocation_log.count; i++)
+        bytes += allocation_log.blocks[i] == instance ? 0 : allocation_log.bytes[i];
+    ctx->mode->destroy(instance);
+    ssm_ctx_destroy(ctx);
+    return bytes;
+}
+
+/* At 1 and 3 slots: what grows with the slots is bytes_per_slot, the rest
+ * is shared_bytes. */
+static void check_allocations(const shape *s, const char *mode)
+{
+    ssm_plan one, three;
+    uint64_t at_one = allocated_bytes(s, mode, 1, &one);
+    uint64_t at_three = allocated_bytes(s, mode, 3, &three);
+    uint64_t per_slot = (at_three - at_one) / 2, shared = at_one - per_slot;
+    ck_assert_msg(per_slot == one.bytes_per_slot && three.bytes_per_slot == one.bytes_per_slot,
+                  "%s: create allocates %llu bytes per slot, the plan says %llu", mode,
+                  (unsigned long long)per_slot, (unsigned long long)one.bytes_per_slot);
+    ck_assert_msg(shared == one.shared_bytes && three.shared_bytes == one.shared_bytes,
+                  "%s: create allocates %llu bytes not per slot, the plan's shared_bytes "
+                  "says %llu (%s L%d H%d HV%d K%d V%d, state %llu B, T_max %llu)",
+                  mode, (unsigned long long)shared, (unsigned long long)one.shared_bytes,
+                  ssm_model_kind_name(s->m.kind), s->m.layers, s->m.heads, s->m.value_heads,
+                  s->m.key_dim, s->m.value_dim, (unsigned long long)s->s_state,
+                  (unsigned long long)s->t_max);
+}
+
 /* ------------------------------------------------------------------ tests */
 
 static void random_shape(test_rng *r, shape *s)
@@ -179,6 +263,19 @@ START_TEST(test_formulas_match_plans)
         check_mode(&s, "compact", compact_per_slot(&s), capacity);
         check_mode(&s, "replay", replay_per_slot(&s), capacity);
     }
+}
+END_TEST
+
+START_TEST(test_plans_match_allocations)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() + 100 + (uint64_t)_i);
+    shape s;
+    random_shape(&r, &s);
+    s.m.layers = test_rng_int(&r, 1, 3); /* a few real pools, kept small */
+    check_allocations(&s, "native");
+    check_allocations(&s, "compact");
+    check_allocations(&s, "replay");
 }
 END_TEST
 
@@ -228,6 +325,9 @@ Suite *make_suite(void)
     TCase *formulas = tcase_create("formulas");
     tcase_add_loop_test(formulas, test_formulas_match_plans, 0, 8);
     suite_add_tcase(s, formulas);
+    TCase *allocations = tcase_create("allocations");
+    tcase_add_loop_test(allocations, test_plans_match_allocations, 0, 4);
+    suite_add_tcase(s, allocations);
     TCase *qwen = tcase_create("qwen3_next");
     tcase_add_test(qwen, test_qwen3_next_worked_example);
     tcase_add_test(qwen, test_qwen3_next_targets);

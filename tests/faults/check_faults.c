@@ -13,7 +13,9 @@
  *   the one made in the end decodes to them too.
  * - the page transfers, ssm_slot_copy and the rest (faults_pages.c).
  *
- * The last test prints the faults injected per operation. */
+ * The last test prints the faults injected per operation. Before the walks:
+ * the allocator's own live count (ssm_realloc moves a block, it does not
+ * make one). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +140,41 @@ START_TEST(create_faults)
 }
 END_TEST
 
+/* Only realloc(NULL, n) makes a block: a grow (which likely moves it) and a
+ * shrink to zero bytes leave the live count as it was, and ssm_free takes
+ * the block back. Zero bytes returns a block (one byte) and keeps p alive
+ * until then, so the caller frees what it got, once. */
+START_TEST(realloc_counts)
+{
+    int64_t start = ssm_fault_live();
+    unsigned char *p = ssm_realloc(NULL, 16);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(ssm_fault_live(), start + 1);
+    memset(p, 0x5a, 16);
+    unsigned char *grown = ssm_realloc(p, 1 << 20);
+    ck_assert_ptr_nonnull(grown);
+    ck_assert_msg(ssm_fault_live() == start + 1,
+                  "a grow from 16 bytes to 1 MiB changed the live count by %lld, not 0",
+                  (long long)(ssm_fault_live() - start - 1));
+    for (int i = 0; i < 16; i++)
+        ck_assert_int_eq(grown[i], 0x5a);
+    ssm_free(grown);
+    ck_assert_int_eq(ssm_fault_live(), start);
+
+    void *kept = ssm_malloc(8);
+    ck_assert_ptr_nonnull(kept);
+    void *shrunk = ssm_realloc(kept, 0);
+    ck_assert_msg(shrunk != NULL, "ssm_realloc(p, 0) returned NULL (p freed or lost)");
+    ck_assert_int_eq(ssm_fault_live(), start + 1);
+    ssm_free(shrunk);
+    void *empty = ssm_realloc(NULL, 0);
+    ck_assert_ptr_nonnull(empty);
+    ck_assert_int_eq(ssm_fault_live(), start + 1);
+    ssm_free(empty);
+    ck_assert_int_eq(ssm_fault_live(), start);
+}
+END_TEST
+
 /* _i: mode, GDN or KDA. */
 START_TEST(page_faults)
 {
@@ -166,6 +203,9 @@ Suite *make_suite(void)
 {
     faults_tally_init();
     Suite *s = suite_create("faults");
+    TCase *allocator = tcase_create("allocator");
+    tcase_add_test(allocator, realloc_counts);
+    suite_add_tcase(s, allocator);
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, create_faults, 0, 12);
