@@ -3,7 +3,9 @@
  * relative RMS <= 5e-3, on outputs and final state), and the fp32 reference
  * kernel (the algebra: the two differ only by fp32 rounding). Lengths around
  * the chunk size, GDN and KDA with and without the lower bound, fp32 and
- * bf16 state, runs continued over several calls. */
+ * bf16 state, runs continued over several calls. The replay identity
+ * (kernels/replay.c, SPEC 2.4), the recurrence in its other form, against
+ * the same fp64 recurrence over a long history. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "kernels/chunk.h"
 #include "kernels/math.h"
 #include "kernels/reference.h"
+#include "kernels/replay.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"
 
@@ -366,6 +369,149 @@ START_TEST(layer_matches_reference)
 }
 END_TEST
 
+/* ------------------------------------------------ the replay identity */
+
+/* A history as long as replay's ring may hold: the gate sums reach |G| in
+ * the hundreds (KDA with the lower bound: thousands). */
+#define REPLAY_HISTORY 1024
+#define REPLAY_MAX_TOKENS 4
+/* Floats past the output scratch that must stay as they were. */
+#define REPLAY_GUARD 256
+static const float replay_guard_value = 12345.0f;
+
+/* Token p of h as replay's verify hands it over: a prepared token, and a
+ * conv output whose k and v parts the record keeps (q is not recorded). */
+static void replay_token(const head_run *h, int64_t p, float *c, ssm_ref_token *tok)
+{
+    memcpy(c, h->q + p * h->K, sizeof(float) * (size_t)h->K);
+    memcpy(c + h->K, h->k + p * h->K, sizeof(float) * (size_t)h->K);
+    memcpy(c + 2 * h->K, h->v + p * h->V, sizeof(float) * (size_t)h->V);
+    memcpy(tok->q, h->q + p * h->K, sizeof(float) * (size_t)h->K);
+    memcpy(tok->k, h->k + p * h->K, sizeof(float) * (size_t)h->K);
+    memcpy(tok->v, h->v + p * h->V, sizeof(float) * (size_t)h->V);
+    memcpy(tok->g, h->g + p * h->gk, sizeof(float) * (size_t)h->gk);
+    tok->beta[0] = h->beta[p];
+}
+
+/* All h->n tokens through the replay kernels from the checkpoint h->S0 (in
+ * state dtype sd), in calls of splits[c] tokens (the rows of successive
+ * verifies, each appending after the last): the outputs o [n][V], fp32.
+ * The records live in memory that held other records before (every byte
+ * 0x3c), so nothing may be read that the appends did not write; the output
+ * scratch is exactly ssm_replay_outputs_scratch_floats for the history and
+ * the widest call, and the floats after it must stay untouched. */
+static void run_replay(const head_run *h, ssm_model_kind kind, ssm_dtype sd,
+                       ssm_replay_form form, const int32_t *splits, float *o)
+{
+    ssm_model_dims m = {.kind = kind, .layers = 1, .heads = 1, .value_heads = 1,
+                        .key_dim = h->K, .value_dim = h->V, .conv_width = 4};
+    ck_assert_int_eq(ssm_gate_width(&m), h->gk);
+    int64_t state = (int64_t)h->V * h->K, n = h->n;
+    void *checkpoint = malloc((size_t)state * ssm_dtype_size(sd));
+    for (int64_t e = 0; e < state; e++)
+        ssm_ref_store(checkpoint, sd, e, h->S0[e]);
+    size_t record_bytes = ssm_replay_record_bytes(&m, SSM_DTYPE_F32);
+    uint8_t *records = malloc((size_t)n * record_bytes);
+    float *keys = malloc(sizeof(float) * (size_t)(n * h->K));
+    memset(records, 0x3c, (size_t)n * record_bytes);
+    memset(keys, 0x3c, sizeof(float) * (size_t)(n * h->K));
+    ssm_replay_history history = {checkpoint, records, keys};
+    int64_t scratch_floats = ssm_replay_outputs_scratch_floats(&m, (int32_t)n, REPLAY_MAX_TOKENS);
+    float *scratch = floats(scratch_floats + REPLAY_GUARD);
+    for (int32_t i = 0; i < REPLAY_GUARD; i++)
+        scratch[scratch_floats + i] = replay_guard_value;
+    int64_t token_floats = ssm_ref_token_floats(&m);
+    float *token_scratch = floats(REPLAY_MAX_TOKENS * token_floats);
+    float *c = floats(ssm_conv_channels(&m));
+    ssm_ref_token tok[REPLAY_MAX_TOKENS];
+    for (int32_t t = 0; t < REPLAY_MAX_TOKENS; t++)
+        ssm_ref_token_bind(&m, token_scratch + t * token_floats, &tok[t]);
+    for (int64_t first = 0, call = 0; first < n; first += splits[call++]) {
+        int32_t T = splits[call];
+        for (int32_t t = 0; t < T; t++) {
+            replay_token(h, first + t, c, &tok[t]);
+            ssm_replay_append(&m, SSM_DTYPE_F32, &history, (int32_t)(first + t), c, &tok[t]);
+        }
+        ssm_replay_outputs(&m, sd, SSM_DTYPE_F32, form, &history, (int32_t)first, T, tok,
+                           o + first * h->V, scratch);
+        int32_t written = 0;
+        while (written < REPLAY_GUARD && scratch[scratch_floats + written] == replay_guard_value)
+            written++;
+        ck_assert_msg(written == REPLAY_GUARD,
+                      "the replay outputs of tokens %lld..%lld wrote float %d past the %lld "
+                      "floats ssm_replay_outputs_scratch_floats asks for",
+                      (long long)first, (long long)(first + T - 1), written,
+                      (long long)scratch_floats);
+    }
+    free(checkpoint);
+    free(records);
+    free(keys);
+    free(scratch);
+    free(token_scratch);
+    free(c);
+}
+
+/* The identity over a history of 1024 tokens against SPEC 2.2 in fp64 from
+ * the same checkpoint (in the state dtype: replay reads it widened), in
+ * calls of 1 to 4 tokens. Nothing is rounded between the checkpoint and the
+ * outputs, so only fp32 arithmetic separates them: at most 1.4e-7 relative
+ * RMS over 180 seeded runs. The decays come from differences G_p - G_i of
+ * running sums that reach |G| in the hundreds, where one fp32 rounding of
+ * the sum is 2^-24 |G|; the rounding errors the records carry (replay.h)
+ * keep the differences exact; without them the outputs measured at least
+ * 5e-6 off. Hence the bound, 1e-6. For GDN the recurrent and matrix forms
+ * give the same bits (replay.h). _i: gate form, checkpoint dtype. */
+START_TEST(replay_identity_matches_fp64)
+{
+    int gate = _i % GATES;
+    ssm_dtype sd = _i / GATES ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    ssm_model_kind kind = gate == GATE_GDN ? SSM_MODEL_GDN : SSM_MODEL_KDA;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 401) * 0x9e3779b97f4a7c15ull);
+    int64_t n = REPLAY_HISTORY;
+    head_run h = make_run(&r, gate, n);
+    /* Heads that forget faster than make_run's (about -0.4 a token): |G|
+     * reaches about 400 over the history. */
+    if (gate != GATE_KDA_BOUND)
+        for (int64_t e = 0; e < n * h.gk; e++)
+            h.g[e] = ssm_gdn_gate(0.0f, (float)test_rng_normal(&r), -1.0f);
+    int64_t state = (int64_t)h.V * h.K;
+    /* The checkpoint as the slot holds it, in the state dtype. */
+    for (int64_t e = 0; e < state; e++)
+        h.S0[e] = ssm_ref_round(sd, h.S0[e]);
+    int32_t splits[REPLAY_HISTORY];
+    for (int64_t done = 0, call = 0; done < n; done += splits[call++]) {
+        int32_t most = n - done < REPLAY_MAX_TOKENS ? (int32_t)(n - done) : REPLAY_MAX_TOKENS;
+        splits[call] = test_rng_int(&r, 1, most);
+    }
+    double *S64 = calloc((size_t)state, sizeof(double)), *o64 = calloc((size_t)(n * h.V), sizeof(double));
+    float *o = floats(n * h.V);
+    run_fp64(&h, S64, o64);
+    run_replay(&h, kind, sd, SSM_REPLAY_RECURRENT, splits, o);
+    double err = test_rel_rms_f64(o, SSM_DTYPE_F32, o64, n * h.V);
+    ck_assert_msg(err <= 1e-6,
+                  "%s%s checkpoint=%s K=%d V=%d, %lld tokens: replay's outputs (recurrent form) "
+                  "are %.3g relative RMS from fp64 (bound 1e-6)",
+                  ssm_model_kind_name(kind), gate == GATE_KDA_BOUND ? " lower-bound" : "",
+                  ssm_dtype_name(sd), h.K, h.V, (long long)n, err);
+    if (kind == SSM_MODEL_GDN) {
+        float *om = floats(n * h.V);
+        run_replay(&h, kind, sd, SSM_REPLAY_MATRIX, splits, om);
+        int64_t at = test_first_difference(om, o, SSM_DTYPE_F32, n * h.V);
+        ck_assert_msg(at < 0,
+                      "gdn checkpoint=%s K=%d V=%d: the matrix form's output %lld (%.9g) differs "
+                      "from the recurrent form's (%.9g)",
+                      ssm_dtype_name(sd), h.K, h.V, (long long)at, at < 0 ? 0.0 : om[at],
+                      at < 0 ? 0.0 : o[at]);
+        free(om);
+    }
+    free(S64);
+    free(o64);
+    free(o);
+    free_run(&h);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     Suite *s = suite_create("chunk");
@@ -389,6 +535,11 @@ Suite *make_suite(void)
     tc = tcase_create("a whole layer");
     tcase_add_loop_test(tc, layer_matches_reference, 0, LAYER_LENGTHS * 2 * 2);
     tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("replay identity");
+    tcase_add_loop_test(tc, replay_identity_matches_fp64, 0, GATES * 2);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
 }
