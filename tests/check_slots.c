@@ -1,7 +1,9 @@
 /* The slot pool and batch validation (SPEC 3.1, 4, 10) on CPU contexts of
  * mode "native": pool accounting, exhaustion, release and reset errors,
- * fresh slots on reuse and reset, slot errors inside step batches, padding
- * rows, non-finite inputs, prefill offsets and layer range.
+ * NULL arguments to the pool calls, fresh slots on reuse and reset, slot
+ * errors inside step batches, padding rows, non-finite inputs, prefill
+ * offsets, layer range, negative row counts, and missing weights or step
+ * tensors.
  *
  * Every rejected call is checked for its exact status, for nothing written
  * (snapshots of the slots involved, output buffers filled with a sentinel)
@@ -245,6 +247,57 @@ START_TEST(test_slot_calls_out_of_range)
     assert_twins_and_working(&wd, a, 3, sa, b, sb);
     snaps_free(3, before);
     snaps_free(3, after);
+    ssm_ctx_destroy(a);
+    ssm_ctx_destroy(b);
+    world_free(&wd);
+}
+END_TEST
+
+/* NULL where the pool calls need a pointer: INVALID_ARGUMENT, the pool's
+ * accounting, the slots and their flags unchanged, nothing handed out. */
+START_TEST(test_pool_null_arguments)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3], sb[3];
+    ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
+    int32_t k = test_rng_int(&wd.rng, 0, 2), rest_a[2], rest_b[2];
+    for (int32_t i = 0, j = 0; i < 3; i++)
+        if (i != k) {
+            rest_a[j] = sa[i];
+            rest_b[j++] = sb[i];
+        }
+    EXPECT(ssm_slot_release(a, sa[k]), SSM_OK);
+    EXPECT(ssm_slot_release(b, sb[k]), SSM_OK);
+    test_snapshot before[2], after[2];
+    snaps_take(a, 2, rest_a, before);
+    int32_t got = -12345;
+    EXPECT(ssm_slot_acquire(a, NULL), SSM_ERR_INVALID_ARGUMENT);
+    assert_pool(a, 3, 2, "after an acquire without an out pointer");
+    EXPECT(ssm_slot_acquire(NULL, &got), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(got, -12345);
+    EXPECT(ssm_slot_release(NULL, rest_a[0]), SSM_ERR_INVALID_ARGUMENT);
+    EXPECT(ssm_slot_reset(NULL, rest_a[0], NULL), SSM_ERR_INVALID_ARGUMENT);
+    EXPECT(ssm_ctx_status(a, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ssm_ctx_report rep = {77, 77, 77};
+    EXPECT(ssm_ctx_status(NULL, &rep), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(rep.flags == 77 && rep.flagged_slots == 77 && rep.first_flagged == 77,
+                  "a rejected status query wrote its report");
+    EXPECT(ssm_slot_flags(a, rest_a[0], NULL), SSM_ERR_INVALID_ARGUMENT);
+    uint32_t f = 77;
+    EXPECT(ssm_slot_flags(NULL, rest_a[0], &f), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(f, 77);
+    assert_pool(a, 3, 2, "after NULL arguments");
+    snaps_take(a, 2, rest_a, after);
+    snaps_assert_equal(2, before, after, "NULL arguments");
+    assert_no_flags(a, "NULL arguments");
+    assert_twins_and_working(&wd, a, 2, rest_a, b, rest_b);
+    /* The free slot is still there, once. */
+    EXPECT(ssm_slot_acquire(a, &got), SSM_OK);
+    ck_assert_int_eq(got, sa[k]);
+    EXPECT(ssm_slot_acquire(a, &got), SSM_ERR_POOL_EXHAUSTED);
+    snaps_free(2, before);
+    snaps_free(2, after);
     ssm_ctx_destroy(a);
     ssm_ctx_destroy(b);
     world_free(&wd);
@@ -943,6 +996,117 @@ START_TEST(test_layer_range)
 }
 END_TEST
 
+/* A negative row count: INVALID_ARGUMENT from every step call (-1 too,
+ * which is the padding slot, not a row count), nothing written, no ticket
+ * filled, no forward left open. */
+START_TEST(test_batch_negative_rows)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3], sb[3];
+    ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
+    test_snapshot before[3], after[3];
+    snaps_take(a, 3, sa, before);
+    test_io *probe = ios_make(&wd, 3 * T_MAX);
+    ios_sentinel(&wd, probe, 3 * T_MAX);
+    int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
+    int32_t offsets[4] = {0, 1, 2, 3};
+    const int32_t bad[] = {-1, -2, -3, INT32_MIN};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        for (int32_t l = 0; l < wd.m.layers; l++) {
+            const ssm_layer_weights *w = &wd.w[l].w;
+            ssm_batch db = {bad[k], 1, sa, NULL}, vb = {bad[k], T, sa, NULL};
+            ssm_prefill_batch pb = {bad[k], sa, offsets, T_MAX, NULL, NULL};
+            ssm_ticket t = SSM_TICKET_INIT;
+            EXPECT(ssm_decode(a, l, &db, w, &probe[l].io, NULL), SSM_ERR_INVALID_ARGUMENT);
+            EXPECT(ssm_verify(a, l, &vb, w, &probe[l].io, &t, NULL), SSM_ERR_INVALID_ARGUMENT);
+            ck_assert_msg(ticket_is_zero(&t), "rows %d: a rejected verify filled the ticket",
+                          bad[k]);
+            EXPECT(ssm_prefill(a, l, &pb, w, &probe[l].io, NULL), SSM_ERR_INVALID_ARGUMENT);
+        }
+    ios_assert_sentinel(&wd, probe, 3 * T_MAX, "negative rows");
+    snaps_take(a, 3, sa, after);
+    snaps_assert_equal(3, before, after, "negative rows");
+    assert_no_flags(a, "negative rows");
+    /* Nothing was left open: a verify and commit over the slots works. */
+    ssm_batch vb = {3, T, sa, NULL}, vbb = {3, T, sb, NULL};
+    test_io *v = ios_make(&wd, 3 * T), *vbio = ios_clone(&wd, v, 3 * T);
+    ssm_ticket t = SSM_TICKET_INIT, tb = SSM_TICKET_INIT;
+    verify_all(a, &wd, &vb, v, &t);
+    verify_all(b, &wd, &vbb, vbio, &tb);
+    int32_t acc[3] = {T, 1, test_rng_int(&wd.rng, 1, T)};
+    EXPECT(ssm_commit(a, &t, acc, NULL), SSM_OK);
+    EXPECT(ssm_commit(b, &tb, acc, NULL), SSM_OK);
+    ios_assert_out_equal(&wd, v, vbio, 3 * T, "verify after negative rows");
+    assert_twins_and_working(&wd, a, 3, sa, b, sb);
+    snaps_free(3, before);
+    snaps_free(3, after);
+    ios_free(&wd, probe);
+    ios_free(&wd, v);
+    ios_free(&wd, vbio);
+    ssm_ctx_destroy(a);
+    ssm_ctx_destroy(b);
+    world_free(&wd);
+}
+END_TEST
+
+/* A required weight or step tensor missing (NULL), one at a time:
+ * INVALID_ARGUMENT from every step call, before the plugin reads anything:
+ * no output written, no slot changed or flagged, no ticket filled. */
+START_TEST(test_step_tensors_missing)
+{
+    world wd;
+    world_init(&wd, _i, 3, SALT(__LINE__));
+    int32_t sa[3], sb[3];
+    ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
+    test_snapshot before[3], after[3];
+    snaps_take(a, 3, sa, before);
+    int32_t T = test_rng_int(&wd.rng, 1, T_MAX);
+    test_io *probe = ios_make(&wd, 3 * T_MAX);
+    ios_sentinel(&wd, probe, 3 * T_MAX);
+    int32_t offsets[4] = {0, 2, 3, 5};
+    ssm_batch db = {3, 1, sa, NULL}, vb = {3, T, sa, NULL};
+    ssm_prefill_batch pb = {3, sa, offsets, 2, NULL, NULL};
+    enum { CASES = 9 };
+    for (int c = 0; c < CASES; c++)
+        for (int32_t l = 0; l < wd.m.layers; l++) {
+            ssm_layer_weights w = wd.w[l].w;
+            ssm_step_io io = probe[l].io;
+            const ssm_layer_weights *wp = &w;
+            const ssm_step_io *iop = &io;
+            switch (c) {
+            case 0: wp = NULL; break;
+            case 1: w.conv_weight = NULL; break;
+            case 2: w.a_log = NULL; break;
+            case 3: w.dt_bias = NULL; break;
+            case 4: iop = NULL; break;
+            case 5: io.x = NULL; break;
+            case 6: io.gate = NULL; break;
+            case 7: io.beta = NULL; break;
+            default: io.out = NULL; break;
+            }
+            ssm_ticket t = SSM_TICKET_INIT;
+            EXPECT(ssm_decode(a, l, &db, wp, iop, NULL), SSM_ERR_INVALID_ARGUMENT);
+            ck_assert_msg(strstr(ssm_last_error(), "missing") != NULL, "case %d: %s", c,
+                          ssm_last_error());
+            EXPECT(ssm_verify(a, l, &vb, wp, iop, &t, NULL), SSM_ERR_INVALID_ARGUMENT);
+            ck_assert_msg(ticket_is_zero(&t), "case %d: a rejected verify filled the ticket", c);
+            EXPECT(ssm_prefill(a, l, &pb, wp, iop, NULL), SSM_ERR_INVALID_ARGUMENT);
+        }
+    ios_assert_sentinel(&wd, probe, 3 * T_MAX, "missing tensors");
+    snaps_take(a, 3, sa, after);
+    snaps_assert_equal(3, before, after, "missing tensors");
+    assert_no_flags(a, "missing tensors");
+    assert_twins_and_working(&wd, a, 3, sa, b, sb);
+    snaps_free(3, before);
+    snaps_free(3, after);
+    ios_free(&wd, probe);
+    ssm_ctx_destroy(a);
+    ssm_ctx_destroy(b);
+    world_free(&wd);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     (void)test_seed(); /* one seed for every forked test, printed once */
@@ -953,6 +1117,7 @@ Suite *make_suite(void)
     tcase_add_loop_test(pool, test_pool_exhausted, 0, 2);
     tcase_add_loop_test(pool, test_release_twice, 0, 2);
     tcase_add_loop_test(pool, test_slot_calls_out_of_range, 0, 2);
+    tcase_add_loop_test(pool, test_pool_null_arguments, 0, 2);
     suite_add_tcase(s, pool);
 
     TCase *fresh = tcase_create("fresh");
@@ -969,6 +1134,8 @@ Suite *make_suite(void)
     tcase_add_loop_test(batches, test_batch_duplicate, 0, 4);
     tcase_add_loop_test(batches, test_padding_rows, 0, 8);
     tcase_add_loop_test(batches, test_layer_range, 0, 4);
+    tcase_add_loop_test(batches, test_batch_negative_rows, 0, 2);
+    tcase_add_loop_test(batches, test_step_tensors_missing, 0, 2);
     suite_add_tcase(s, batches);
 
     TCase *nonfinite = tcase_create("nonfinite");

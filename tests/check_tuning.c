@@ -4,9 +4,14 @@
  * 1. the cache file: an entry's round trip through a line and through a
  *    saved file; keys that differ in any one field do not match; files of
  *    another version, not a cache, with corrupt or unknown lines, or with
- *    an endless line are read without a crash (bad lines skipped); saves are
- *    atomic (no temporary left, a failed save leaves the old file); a put
- *    marks only real changes; merged saves keep every process's entries
+ *    an endless line are read without a crash (bad lines skipped); values
+ *    the writer never produces and lines missing a key field are refused,
+ *    the edges of each range read; families and buckets out of range have
+ *    no line; CRLF line ends and a last line without its newline are read,
+ *    a header with more after the version is not a cache; the longest line
+ *    a save writes is read back whole; saves are atomic (no temporary
+ *    left, a failed save leaves the old file); a put marks only real
+ *    changes (a failure's reason included); merged saves keep every process's entries
  *    under the lock on PATH.lock, and go on without it (a warning) when it
  *    is held too long or cannot be created, or out of memory.
  * 2. passes with a fake candidate runner: the fastest candidate chosen, a
@@ -432,6 +437,234 @@ START_TEST(test_atomic_save)
 }
 END_TEST
 
+/* `line` with field `name`'s value replaced by `value` (the field dropped
+ * when value is NULL), into out. The field must be in the line. */
+static void with_field(char *out, size_t len, const char *line, const char *name,
+                       const char *value)
+{
+    char pattern[32];
+    snprintf(pattern, sizeof pattern, " %s=", name);
+    const char *at = strstr(line, pattern);
+    ck_assert_msg(at != NULL, "no field %s in the line", name);
+    const char *end = strchr(at + 1, ' ');
+    if (!end)
+        end = at + strlen(at);
+    if (value)
+        snprintf(out, len, "%.*s%s%s%s", (int)(at - line), line, pattern, value, end);
+    else
+        snprintf(out, len, "%.*s%s", (int)(at - line), line, end);
+}
+
+/* A value the writer never produces is refused, field by field, and so is
+ * a line missing any one key field; the values at the edges of each range
+ * are read. */
+START_TEST(test_bad_values_refused)
+{
+    tuning_entry e = full_entry(), back;
+    char good[2048], line[4096], why[96];
+    ck_assert(tuning_entry_format(&e, good, sizeof good));
+    char long_name[TUNING_NAME_LEN + 8], long_why[TUNING_WHY_LEN + 8], long_device[128];
+    snprintf(long_name, sizeof long_name, "%0*d|why", TUNING_NAME_LEN, 0);
+    snprintf(long_why, sizeof long_why, "x|%0*d", TUNING_WHY_LEN, 0);
+    snprintf(long_device, sizeof long_device, "%0*d", (int)sizeof e.key.device, 0);
+    const struct {
+        const char *field, *value;
+    } bad[] = {
+        {"device", "NVIDIA%00H200"},   /* an escaped NUL */
+        {"device", "NVIDIA\tH200"},    /* a byte that must be escaped */
+        {"choice", "blocks=6"},        /* '=' must be escaped too */
+        {"device", long_device},       /* one byte too long */
+        {"layers", "20x"},             /* a number and more */
+        {"H", "32.0"},
+        {"driver", "2147483648"},      /* past INT32_MAX */
+        {"kind", "mamba"},
+        {"lb", "inf"},
+        {"lb", "-inf"},
+        {"lb", "nan"},
+        {"ms", "-1"},
+        {"ms", "nan"},
+        {"choice", ""},
+        {"mode", ""},
+        {"rows", "131072"},            /* 2^SSM_TUNE_BUCKETS: past the last bucket */
+        {"rows", "0"},
+        {"failed", "|no-name"},
+        {"failed", long_name},         /* a name one byte too long */
+        {"failed", long_why},          /* a reason one byte too long */
+        {"failed", "no-bar"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        with_field(line, sizeof line, good, bad[i].field, bad[i].value);
+        ck_assert_msg(tuning_entry_parse(line, &back, why, sizeof why) == SSM_ERR_INVALID_ARGUMENT,
+                      "%s=%s was read", bad[i].field, bad[i].value);
+    }
+    static const char *const key_fields[] = {"device", "cc",   "driver", "lib",    "kind",
+                                             "layers", "H",    "HV",     "K",      "V",
+                                             "W",      "lb",   "T",      "state",  "act",
+                                             "mode",   "family", "rows"};
+    for (size_t i = 0; i < sizeof key_fields / sizeof *key_fields; i++) {
+        with_field(line, sizeof line, good, key_fields[i], NULL);
+        why[0] = '\0';
+        ssm_status st = tuning_entry_parse(line, &back, why, sizeof why);
+        ck_assert_msg(st == SSM_ERR_INVALID_ARGUMENT && strstr(why, "missing") != NULL,
+                      "a line without %s: %s (%s)", key_fields[i], ssm_status_name(st), why);
+    }
+    /* More failed candidates than an entry keeps: refused; as many: read. */
+    tuning_entry full = full_entry();
+    full.failed_count = TUNING_MAX_FAILED;
+    for (int32_t i = 0; i < TUNING_MAX_FAILED; i++) {
+        snprintf(full.failed[i], TUNING_NAME_LEN, "c%d", (int)i);
+        snprintf(full.why[i], TUNING_WHY_LEN, "r%d", (int)i);
+    }
+    ck_assert(tuning_entry_format(&full, line, sizeof line));
+    EXPECT(tuning_entry_parse(line, &back, why, sizeof why), SSM_OK);
+    assert_entries_equal(&full, &back);
+    strcat(line, " failed=one-more|r");
+    ck_assert_msg(tuning_entry_parse(line, &back, why, sizeof why) == SSM_ERR_INVALID_ARGUMENT,
+                  "%d failed candidates were read", TUNING_MAX_FAILED + 1);
+
+    /* The edges: the last bucket, the largest driver, the longest device
+     * name, candidate name and reason, a zero time. */
+    tuning_entry edge = full_entry();
+    edge.key.bucket = SSM_TUNE_BUCKETS - 1;
+    edge.key.driver = INT32_MAX;
+    edge.key.cc_major = 1000;
+    edge.key.cc_minor = 0;
+    memset(edge.key.device, 'd', sizeof edge.key.device - 1);
+    edge.key.device[sizeof edge.key.device - 1] = '\0';
+    memset(edge.failed[0], 'n', TUNING_NAME_LEN - 1);
+    edge.failed[0][TUNING_NAME_LEN - 1] = '\0';
+    memset(edge.why[1], 'w', TUNING_WHY_LEN - 1);
+    edge.why[1][TUNING_WHY_LEN - 1] = '\0';
+    edge.ms = 0;
+    ck_assert(tuning_entry_format(&edge, line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " rows=65536 "));
+    ssm_status st = tuning_entry_parse(line, &back, why, sizeof why);
+    ck_assert_msg(st == SSM_OK, "the edge values were refused: %s", why);
+    assert_entries_equal(&edge, &back);
+    ck_assert_int_eq(back.key.bucket, SSM_TUNE_BUCKETS - 1);
+}
+END_TEST
+
+/* Families and buckets outside their ranges have no name and no line. */
+START_TEST(test_format_ranges)
+{
+    ck_assert_ptr_null(tuning_family_name(-1));
+    ck_assert_ptr_null(tuning_family_name(-2));
+    ck_assert_ptr_null(tuning_family_name(INT32_MIN));
+    ck_assert_ptr_null(tuning_family_name(SSM_TUNE_FAMILIES));
+    ck_assert_str_eq(tuning_family_name(SSM_TUNE_FAMILIES - 1), "prefill");
+    ck_assert_int_eq(tuning_family_of("nope"), -1);
+    ck_assert_int_eq(tuning_family_of("layout"), SSM_TUNE_LAYOUT);
+    tuning_entry e = full_entry();
+    char line[2048];
+    const int32_t buckets[] = {-1, SSM_TUNE_BUCKETS, SSM_TUNE_BUCKETS + 5};
+    for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++) {
+        e.key.bucket = buckets[i];
+        ck_assert_msg(!tuning_entry_format(&e, line, sizeof line), "bucket %d formatted",
+                      buckets[i]);
+    }
+    e = full_entry();
+    e.key.family = -1;
+    ck_assert(!tuning_entry_format(&e, line, sizeof line));
+    e.key.family = SSM_TUNE_FAMILIES;
+    ck_assert(!tuning_entry_format(&e, line, sizeof line));
+}
+END_TEST
+
+/* A file as an editor may leave it: CRLF line ends, no newline after the
+ * last entry. Every entry is read. A header with anything after the
+ * version is not this format: the file is ignored whole. */
+START_TEST(test_line_ends_and_header)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "e.cache");
+    tuning_entry a = full_entry(), b = full_entry();
+    b.key.bucket = 2;
+    char la[2048], lb[2048], text[8192];
+    ck_assert(tuning_entry_format(&a, la, sizeof la));
+    ck_assert(tuning_entry_format(&b, lb, sizeof lb));
+    tuning_cache cache = {0};
+    int missing = 0;
+    snprintf(text, sizeof text, TUNING_CACHE_MAGIC " 1\r\n# comment\r\n\r\n%s\r\n%s\r\n", la, lb);
+    write_text(path, text);
+    EXPECT(tuning_cache_load(path, &cache, &missing), SSM_OK);
+    ck_assert_int_eq(cache.count, 2);
+    ck_assert_int_eq(cache.skipped_lines, 0);
+    assert_entries_equal(&a, tuning_cache_find(&cache, &a.key));
+    assert_entries_equal(&b, tuning_cache_find(&cache, &b.key));
+    snprintf(text, sizeof text, TUNING_CACHE_MAGIC " 1\n%s\n%s", la, lb);
+    write_text(path, text);
+    EXPECT(tuning_cache_load(path, &cache, &missing), SSM_OK);
+    ck_assert_int_eq(cache.count, 2);
+    ck_assert_int_eq(cache.skipped_lines, 0);
+    ck_assert_ptr_nonnull(tuning_cache_find(&cache, &b.key));
+    const char *headers[] = {TUNING_CACHE_MAGIC " 1x", TUNING_CACHE_MAGIC " 1.0",
+                             TUNING_CACHE_MAGIC " 1 2", TUNING_CACHE_MAGIC " 10",
+                             TUNING_CACHE_MAGIC};
+    for (size_t i = 0; i < sizeof headers / sizeof *headers; i++) {
+        snprintf(text, sizeof text, "%s\n%s\n", headers[i], la);
+        write_text(path, text);
+        EXPECT(tuning_cache_load(path, &cache, &missing), SSM_OK);
+        ck_assert_msg(cache.count == 0, "header '%s': %d entries read", headers[i],
+                      (int)cache.count);
+    }
+    tuning_cache_free(&cache);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
+/* An entry whose line is `chars` long: full_entry's failed candidates
+ * padded with reasons (blanks, 3 bytes encoded, then letters). */
+static tuning_entry entry_of_length(int32_t bucket, size_t chars)
+{
+    tuning_entry e = full_entry();
+    e.key.bucket = bucket;
+    e.failed_count = TUNING_MAX_FAILED;
+    for (int32_t i = 0; i < TUNING_MAX_FAILED; i++) {
+        snprintf(e.failed[i], TUNING_NAME_LEN, "c%d", (int)i);
+        e.why[i][0] = '\0';
+    }
+    static char line[8192];
+    for (int32_t i = 0; i < TUNING_MAX_FAILED; i++)
+        for (size_t n = 0; n < TUNING_WHY_LEN - 1; n++) {
+            ck_assert(tuning_entry_format(&e, line, sizeof line));
+            size_t now = strlen(line);
+            if (now >= chars)
+                break;
+            e.why[i][n] = chars - now >= 3 ? ' ' : 'a';
+            e.why[i][n + 1] = '\0';
+        }
+    ck_assert(tuning_entry_format(&e, line, sizeof line));
+    ck_assert_int_eq((int)strlen(line), (int)chars);
+    return e;
+}
+
+/* The longest line a save writes is the longest the reader takes whole: an
+ * entry of TUNING_LINE_MAX - 2 characters is saved and read back, one of a
+ * character more is left out of the file (never written to be skipped). */
+START_TEST(test_longest_line)
+{
+    char *dir = temp_dir(), *path = path_in(dir, "w.cache");
+    tuning_entry fits = entry_of_length(1, TUNING_LINE_MAX - 2);
+    tuning_entry over = entry_of_length(2, TUNING_LINE_MAX - 1);
+    tuning_cache cache = {0}, back = {0};
+    EXPECT(tuning_cache_put(&cache, &fits), SSM_OK);
+    EXPECT(tuning_cache_put(&cache, &over), SSM_OK);
+    EXPECT(tuning_cache_save(path, &cache), SSM_OK);
+    int missing = 0;
+    EXPECT(tuning_cache_load(path, &back, &missing), SSM_OK);
+    ck_assert_int_eq(back.skipped_lines, 0);
+    ck_assert_int_eq(back.count, 1);
+    const tuning_entry *found = tuning_cache_find(&back, &fits.key);
+    ck_assert_ptr_nonnull(found);
+    assert_entries_equal(&fits, found);
+    tuning_cache_free(&cache);
+    tuning_cache_free(&back);
+    free(path);
+    remove_dir(dir);
+}
+END_TEST
+
 /* An entry of the fake device told apart by its layer count. */
 static tuning_entry numbered_entry(int32_t layers, const char *choice)
 {
@@ -490,6 +723,15 @@ START_TEST(test_put_marks_changes)
     snprintf(a.failed[0], TUNING_NAME_LEN, "slow");
     snprintf(a.why[0], TUNING_WHY_LEN, "x");
     ck_assert(!tuning_entry_same(&a, &cache.entries[0]));
+    /* Only a failure's reason differs: a change too. */
+    EXPECT(tuning_cache_put(&cache, &a), SSM_OK);
+    ck_assert_int_eq(cache.changes, 3);
+    a.changed = 0;
+    snprintf(a.why[0], TUNING_WHY_LEN, "y");
+    ck_assert(!tuning_entry_same(&a, &cache.entries[0]));
+    EXPECT(tuning_cache_put(&cache, &a), SSM_OK);
+    ck_assert_int_eq(cache.changes, 4);
+    ck_assert_str_eq(cache.entries[0].why[0], "y");
     char *dir = temp_dir(), *path = path_in(dir, "p.cache");
     EXPECT(tuning_cache_save(path, &cache), SSM_OK);
     int missing = 0;
@@ -1497,6 +1739,10 @@ Suite *make_suite(void)
     tcase_add_test(file, test_file_round_trip);
     tcase_add_test(file, test_keys_differing_in_one_field);
     tcase_add_test(file, test_corrupt_files);
+    tcase_add_test(file, test_bad_values_refused);
+    tcase_add_test(file, test_format_ranges);
+    tcase_add_test(file, test_line_ends_and_header);
+    tcase_add_test(file, test_longest_line);
     tcase_add_test(file, test_atomic_save);
     tcase_add_test(file, test_put_marks_changes);
     tcase_add_test(file, test_merged_saves_keep_every_entry);
