@@ -420,10 +420,11 @@ static ssm_status load_file(const char *path, tuning_cache *cache, int *missing,
         if (n == 0 || line[0] == '#')
             continue;
         if (!header) {
-            int version = 0;
-            char tail;
-            if (sscanf(line, TUNING_CACHE_MAGIC " %d%c", &version, &tail) != 1 ||
-                version != TUNING_CACHE_VERSION) {
+            /* Exactly the line save writes (docs/tuning.md): sscanf's " %d"
+             * would also take "...cache1", "+1", "01" or two spaces. */
+            char expected[64];
+            snprintf(expected, sizeof expected, "%s %d", TUNING_CACHE_MAGIC, TUNING_CACHE_VERSION);
+            if (strcmp(line, expected) != 0) {
                 ssm_log(level,
                         "tuning cache %s: not a cache of format version %d (first line '%.60s'); "
                         "ignored",

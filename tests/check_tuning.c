@@ -572,8 +572,9 @@ START_TEST(test_format_ranges)
 END_TEST
 
 /* A file as an editor may leave it: CRLF line ends, no newline after the
- * last entry. Every entry is read. A header with anything after the
- * version is not this format: the file is ignored whole. */
+ * last entry. Every entry is read. A header other than exactly the line
+ * save writes (more after the version, no space or two, "+1", "01") is
+ * not this format: the file is ignored whole. */
 START_TEST(test_line_ends_and_header)
 {
     char *dir = temp_dir(), *path = path_in(dir, "e.cache");
@@ -599,7 +600,9 @@ START_TEST(test_line_ends_and_header)
     ck_assert_ptr_nonnull(tuning_cache_find(&cache, &b.key));
     const char *headers[] = {TUNING_CACHE_MAGIC " 1x", TUNING_CACHE_MAGIC " 1.0",
                              TUNING_CACHE_MAGIC " 1 2", TUNING_CACHE_MAGIC " 10",
-                             TUNING_CACHE_MAGIC};
+                             TUNING_CACHE_MAGIC, TUNING_CACHE_MAGIC "1",
+                             TUNING_CACHE_MAGIC "  1", TUNING_CACHE_MAGIC " +1",
+                             TUNING_CACHE_MAGIC " 01"};
     for (size_t i = 0; i < sizeof headers / sizeof *headers; i++) {
         snprintf(text, sizeof text, "%s\n%s\n", headers[i], la);
         write_text(path, text);
