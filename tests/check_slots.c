@@ -62,6 +62,22 @@ static void assert_pool(const ssm_ctx *ctx, int32_t cap, int32_t used, const cha
                   st.capacity, st.used, st.free, cap, used, cap - used);
 }
 
+/* Releases one of the n slots of both twins, a random one, k: the others
+ * go to held_a and held_b in order. Returns k. */
+static int32_t release_one(world *wd, ssm_ctx *a, ssm_ctx *b, int32_t n, const int32_t *sa,
+                           const int32_t *sb, int32_t *held_a, int32_t *held_b)
+{
+    int32_t k = test_rng_int(&wd->rng, 0, n - 1);
+    for (int32_t i = 0, j = 0; i < n; i++)
+        if (i != k) {
+            held_a[j] = sa[i];
+            held_b[j++] = sb[i];
+        }
+    EXPECT(ssm_slot_release(a, sa[k]), SSM_OK);
+    EXPECT(ssm_slot_release(b, sb[k]), SSM_OK);
+    return k;
+}
+
 static void assert_no_flags(const ssm_ctx *ctx, const char *what)
 {
     ssm_ctx_report rep = {0xdead, 99, 99};
@@ -187,15 +203,8 @@ START_TEST(test_release_twice)
     world_init(&wd, _i, 3, SALT(__LINE__));
     int32_t sa[3], sb[3];
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
-    int32_t k = test_rng_int(&wd.rng, 0, 2);
     int32_t rest_a[2], rest_b[2];
-    for (int32_t i = 0, j = 0; i < 3; i++)
-        if (i != k) {
-            rest_a[j] = sa[i];
-            rest_b[j++] = sb[i];
-        }
-    EXPECT(ssm_slot_release(a, sa[k]), SSM_OK);
-    EXPECT(ssm_slot_release(b, sb[k]), SSM_OK);
+    int32_t k = release_one(&wd, a, b, 3, sa, sb, rest_a, rest_b);
     assert_pool(a, 3, 2, "after a release");
     test_snapshot before[2], after[2];
     snaps_take(a, 2, rest_a, before);
@@ -261,14 +270,8 @@ START_TEST(test_pool_null_arguments)
     world_init(&wd, _i, 3, SALT(__LINE__));
     int32_t sa[3], sb[3];
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
-    int32_t k = test_rng_int(&wd.rng, 0, 2), rest_a[2], rest_b[2];
-    for (int32_t i = 0, j = 0; i < 3; i++)
-        if (i != k) {
-            rest_a[j] = sa[i];
-            rest_b[j++] = sb[i];
-        }
-    EXPECT(ssm_slot_release(a, sa[k]), SSM_OK);
-    EXPECT(ssm_slot_release(b, sb[k]), SSM_OK);
+    int32_t rest_a[2], rest_b[2];
+    int32_t k = release_one(&wd, a, b, 3, sa, sb, rest_a, rest_b);
     test_snapshot before[2], after[2];
     snaps_take(a, 2, rest_a, before);
     int32_t got = -12345;
@@ -573,14 +576,8 @@ START_TEST(test_batch_not_acquired)
     world_init(&wd, _i, 4, SALT(__LINE__));
     int32_t sa[4], sb[4];
     ssm_ctx *a = world_ctx(&wd, sa), *b = world_ctx(&wd, sb);
-    int32_t k = test_rng_int(&wd.rng, 0, 3), held_a[3], held_b[3];
-    for (int32_t i = 0, j = 0; i < 4; i++)
-        if (i != k) {
-            held_a[j] = sa[i];
-            held_b[j++] = sb[i];
-        }
-    EXPECT(ssm_slot_release(a, sa[k]), SSM_OK);
-    EXPECT(ssm_slot_release(b, sb[k]), SSM_OK);
+    int32_t held_a[3], held_b[3];
+    int32_t k = release_one(&wd, a, b, 4, sa, sb, held_a, held_b);
     int32_t last[3] = {held_a[0], held_a[2], sa[k]};
     int32_t mid[4] = {held_a[1], -1, sa[k], held_a[0]};
     int32_t alone[1] = {sa[k]};
