@@ -72,4 +72,13 @@ void ssm_replay_outputs(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtyp
                         ssm_replay_form form, const ssm_replay_history *h, int32_t first,
                         int32_t tokens, const ssm_ref_token *tok, void *out, float *scratch);
 
+/* Replay's fold rule on the CPU (docs/modes.md, "The fold rule"): before a
+ * step of `tokens` tokens, a (slot, layer) holding n records since its
+ * checkpoint folds when n + 2 tokens could pass its ring of `history`
+ * records. The CPU plugin applies it; the command counts folds with it. */
+static inline int ssm_replay_folds(int32_t n, int32_t tokens, int32_t history)
+{
+    return n + 2 * tokens > history;
+}
+
 #endif

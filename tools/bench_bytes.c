@@ -23,7 +23,7 @@ int32_t bench_fold_period(int32_t history, int32_t tokens, int32_t accepted)
     if (accepted < 1 || history < 2 * tokens)
         return 1;
     /* After a fold n = 0; round j starts with n = j * accepted and folds
-     * first when n + 2 tokens > history. */
+     * first when ssm_replay_folds(n, tokens, history): n + 2 tokens > history. */
     return (history - 2 * tokens) / accepted + 1;
 }
 

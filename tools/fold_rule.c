@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "fold_rule.h"
+#include "kernels/replay.h"
 
 const char *fold_rule_option_text(const ssm_config *c, const char *key)
 {
@@ -35,7 +36,7 @@ int fold_rule_step(int32_t *since_checkpoint, const session_block *b, int32_t hi
         *since_checkpoint = 0; /* history and token go into the checkpoint: one fold */
         return 1;
     }
-    folds = *since_checkpoint + 2 * b->tokens > history;
+    folds = ssm_replay_folds(*since_checkpoint, b->tokens, history);
     if (folds)
         *since_checkpoint = 0;
     *since_checkpoint += b->keep;

@@ -86,7 +86,7 @@ static void step_row(replay_mode *r, const ssm_step_v1 *step, int32_t row, int32
     const ssm_model_dims *m = &r->params.model;
     ssm_dtype act = r->params.activation_dtype;
     int32_t slot = step->slots[row], layer = step->layer;
-    if (*replay_cursor(r, slot, layer) + 2 * tokens > r->options.history)
+    if (ssm_replay_folds(*replay_cursor(r, slot, layer), tokens, r->options.history))
         replay_fold(r, slot, layer);
     int32_t n = *replay_cursor(r, slot, layer);
 
