@@ -1,25 +1,30 @@
 /* Replay outputs through SPEC 2.4's identity on the GPU (fp32 checkpoint):
- * the checkpoint S0 is read once, never written (except by a fold), and each
- * new token p of a row gets
+ * the checkpoint S0 is read once, never written here, and each new token p
+ * of a row gets
  *   r_p = e^{G_p} S0 k_p + sum_{i<p}  w^k_{ip} u_i,  u_p = beta_p (v_p - r_p),
  *   o_p = e^{G_p} S0 q_p + sum_{i<=p} w^q_{ip} u_i,
  * with w^k_{ip} = sum_c e^{G_p[c]-G_i[c]} k_i[c] k_p[c] (one decay for GDN,
  * one per key channel for KDA) and w^q likewise with q_p.
  *
- * One block per (row, value head, tile of identity_rows(RPL) value rows),
- * SSM_IDENTITY_WARPS warps, RPL rows per lane in tile.cuh's row layout (8
- * lanes a row, three shuffles a sum). The block first asks for its rows of
- * S0, then stages in shared memory, while those loads are in flight, what
- * its rows share: the new tokens' k, q, beta and v, the history's u of its
- * rows, and the weights w^k, w^q, one (record, token) pair per 8 lanes, all
- * pairs at once. Every row then costs two dot products with S0 per token and
- * O(history) scalar terms. u_p goes into record p, where later steps read it.
+ * One block per (row, value head), one thread per value row. S0 streams
+ * through shared memory in chunks of SSM_IDENTITY_CHUNK key channels
+ * (cp.async, two buffers, rows padded so that a warp's reads of 32 rows
+ * spread over the banks); each thread accumulates its row's 2T products
+ * S0 k_p and S0 q_p in registers (KDA: k_p and q_p times e^{G_p} per
+ * channel), with no shuffles: what the recurrence's row layout spends on
+ * sums across lanes is what made this step slow before
+ * (bench/results/2026-11-30-identity-h200.md). Before that the block forms
+ * the weights w^k, w^q, one (record, token) pair per 8 lanes. Then each
+ * thread runs its row through the tokens: the scalar terms above, u_p into
+ * record p (later steps read it) and the outputs.
  *
- * When the ring would overflow the block first folds: it applies the
- * committed raw records with tile_token (native's update, same row layout,
- * so the same bits as native) and stores the checkpoint, which then is S0
- * in its registers; the new records' gate sums start from zero (prep.cuh
- * knows the same rule). */
+ * Every sum has one fixed order (a row's products over the channels in
+ * order, a weight's over its lanes' channels and then the lanes, the
+ * history terms in record order), so
+ * the results do not depend on the launch. A row whose ring would overflow
+ * has been folded just before by tile_kernel's HISTORY_FOLD job (native's
+ * update in the recurrence's layout: native's bits), and the new records'
+ * gate sums start from zero after a fold (prep.cuh knows the same rule). */
 #ifndef SSM_KERNELS_CUDA_IDENTITY_CUH
 #define SSM_KERNELS_CUDA_IDENTITY_CUH
 
@@ -27,34 +32,21 @@
 
 namespace ssm {
 
-#define SSM_IDENTITY_WARPS 8
+#define SSM_IDENTITY_THREADS 128 /* one value row a thread: V <= 128 */
+#define SSM_IDENTITY_CHUNK 32    /* key channels of S0 a staged chunk holds */
+#define SSM_IDENTITY_STRIDE (SSM_IDENTITY_CHUNK + 4) /* floats of a staged row */
 
-/* Value rows of one block at RPL rows per lane. */
-__host__ __device__ constexpr int32_t identity_rows(int32_t rpl)
-{
-    return SSM_IDENTITY_WARPS * SSM_WARP_ROWS * rpl;
-}
-
-/* Blocks per value head. */
-__host__ __device__ inline int32_t identity_tiles(int32_t V, int32_t rpl)
-{
-    return (V + identity_rows(rpl) - 1) / identity_rows(rpl);
-}
-
-/* Shared memory of one block of RPL rows per lane for `records` records
- * seen and T tokens. */
+/* Shared memory of one block for `records` records seen (history and
+ * tokens) and T tokens. */
 __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t tokens,
-                                                        const dims &d, int32_t rpl)
+                                                        const dims &d)
 {
-    size_t K = (size_t)d.K;
-    size_t gate = d.kda ? K : 1;
+    size_t K = (size_t)d.K, T = (size_t)tokens;
     size_t keys = d.kda ? 4 : 2; /* k_p, q_p, and for KDA both times e^{G_p} */
-    size_t rows = (size_t)identity_rows(rpl);
-    return sizeof(float) * ((size_t)2 * records * tokens  /* w^k, w^q */
-                            + keys * tokens * K           /* k_p, q_p (decayed) */
-                            + (size_t)tokens * gate       /* G_p (sum + error) */
-                            + (size_t)tokens * (rows + 1) /* v_p of the rows, beta_p */
-                            + (size_t)records * rows);    /* u_i of the rows */
+    return sizeof(float) * ((size_t)2 * d.V * SSM_IDENTITY_STRIDE /* S0 chunks */
+                            + keys * T * K                        /* token vectors */
+                            + 2 * T                               /* G_p (GDN), beta_p */
+                            + (size_t)2 * records * T);           /* w^k, w^q */
 }
 
 /* G of record `record` for value head h, channel c (0 for GDN), as sum and error. */
@@ -67,49 +59,77 @@ __device__ __forceinline__ void gate_of(const uint8_t *record, const record_layo
     error = ((const float *)(record + lay.gate_error))[e];
 }
 
-/* This lane's rows of tile `tile` of a head: tile.cuh's layout over
- * SSM_IDENTITY_WARPS warps (rows row0 + i * SSM_WARP_ROWS). */
-template <int E, int RPL>
-__device__ __forceinline__ void identity_place(head_tile<E, RPL, float> &t, int32_t tile)
+/* The records a verify's outputs see in the ring of (slot, layer): `kept`
+ * from `first`, after the fold (if any) that ran before the step. */
+struct identity_ring {
+    const uint8_t *ring;
+    int32_t kept, first;
+};
+
+__device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, int32_t slot)
 {
-    int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    t.sub = lane % SSM_ROW_LANES;
-    t.row0 = tile * identity_rows(RPL) + warp * SSM_WARP_ROWS * RPL + lane / SSM_ROW_LANES;
+    identity_ring g;
+    int64_t cell = (int64_t)slot * a.layers + a.layer;
+    int32_t used = a.ring_n[cell], start = a.ring_start[cell];
+    bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history);
+    g.ring = a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
+    g.kept = folded ? 0 : used;
+    g.first = folded ? start + used : start;
+    return g;
 }
 
-/* w^k_{ip} and w^q_{ip} of one (record i, token p) pair: this lane's part
- * of the sum over its key channels (tile.cuh's lane_channel), summed over
- * the row's 8 lanes. Every lane of the warp must call it (it shuffles). */
-template <int E, bool KDA>
+__device__ __forceinline__ const uint8_t *identity_record(const tile_args &a,
+                                                          const identity_ring &g, int32_t i)
+{
+    return g.ring + (int64_t)((g.first + i) & a.ring_mask) * a.ring_layout.bytes;
+}
+
+/* Asks for chunk q of the head's S0 (channels q * SSM_IDENTITY_CHUNK on, every
+ * row) into buffer, SSM_IDENTITY_STRIDE floats a row. */
+__device__ __forceinline__ void identity_stage(float *buffer, const float *head, const dims &d,
+                                               int32_t q)
+{
+    constexpr int32_t pieces = SSM_IDENTITY_CHUNK / 4;
+    for (int32_t i = threadIdx.x; i < d.V * pieces; i += blockDim.x) {
+        int32_t row = i / pieces, c = (i % pieces) * 4;
+        copy_chunk_async(buffer + row * SSM_IDENTITY_STRIDE + c,
+                         head + (int64_t)row * d.K + q * SSM_IDENTITY_CHUNK + c, true);
+    }
+}
+
+/* w^k_{ip} and w^q_{ip} of one (record i, token p) pair, shared by the
+ * SSM_ROW_LANES lanes of a group: lane `sub` sums channels sub * 4 .. + 3,
+ * then 32 on (tile.cuh's lane_channel), and group_sum adds the lanes' sums,
+ * so the order is fixed. ki from the record, kp and qp the token's k and q.
+ * Every lane of the warp must call it (it shuffles). */
+template <bool KDA>
 __device__ __forceinline__ void identity_weight(const dims &d, const record_layout &lay,
                                                 const uint8_t *record, const uint8_t *token,
                                                 const float *ki, const float *kp,
                                                 const float *qp, int32_t h, int32_t sub,
                                                 float &wk, float &wq)
 {
-    float ak[2] = {0.0f, 0.0f}, aq[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int c = 0; c < E / 4; c++) {
-        int32_t channel = c * 32 + sub * 4;
+    float ak = 0.0f, aq = 0.0f;
+    for (int32_t c = sub * 4; c < d.K; c += 4 * SSM_ROW_LANES) {
         float k4[4], kp4[4], qp4[4];
-        load4(ki + channel, k4);
-        load4(kp + channel, kp4);
-        load4(qp + channel, qp4);
+        load4(ki + c, k4);
+        load4(kp + c, kp4);
+        load4(qp + c, qp4);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float w = k4[j];
             if (KDA) {
                 float si, ei, sp, ep;
-                gate_of(record, lay, d, h, channel + j, si, ei);
-                gate_of(token, lay, d, h, channel + j, sp, ep);
+                gate_of(record, lay, d, h, c + j, si, ei);
+                gate_of(token, lay, d, h, c + j, sp, ep);
                 w *= ssm_expf((sp - si) + (ep - ei));
             }
-            ak[j & 1] = fmaf(w, kp4[j], ak[j & 1]);
-            aq[j & 1] = fmaf(w, qp4[j], aq[j & 1]);
+            ak = fmaf(w, kp4[j], ak);
+            aq = fmaf(w, qp4[j], aq);
         }
     }
-    wk = group_sum(ak[0] + ak[1]);
-    wq = group_sum(aq[0] + aq[1]);
+    wk = group_sum(ak);
+    wq = group_sum(aq);
     if (!KDA) {
         float si, ei, sp, ep;
         gate_of(record, lay, d, h, 0, si, ei);
@@ -120,164 +140,155 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
     }
 }
 
-/* grid (identity_tiles(V, RPL) * rows, HV), 32 * SSM_IDENTITY_WARPS threads,
- * identity_shared_bytes(history + T_max, T, d, RPL) dynamic shared memory. RPL (2 or 4) never changes a bit: each row's sums follow the row
- * layout alone. */
-template <int E, int RPL, bool KDA, class Act>
-__global__ void __launch_bounds__(32 * SSM_IDENTITY_WARPS, RPL == 2 ? 3 : 2)
-    identity_kernel(tile_args a)
+/* grid (rows, HV), SSM_IDENTITY_THREADS threads, identity_shared_bytes(
+ * history + T_max, T, d) dynamic shared memory; T = a.tokens <= MAXT. */
+template <int MAXT, bool KDA, class Act>
+__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_args a)
 {
-    extern __shared__ float shared[];
-    constexpr int32_t ROWS = identity_rows(RPL);
+    extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
+    float *shared = (float *)shared_vectors;
     const dims &d = a.d;
-    const int32_t T = a.tokens;
-    const int32_t tiles = identity_tiles(d.V, RPL);
-    const int32_t r = blockIdx.x / tiles, tile = blockIdx.x % tiles;
-    const int32_t layer = a.layer, h = blockIdx.y;
+    const int32_t T = a.tokens, r = blockIdx.x, h = blockIdx.y, v = threadIdx.x;
     const int32_t slot = a.slots[r];
-    if (!slot_is_live(slot, a.capacity, a.flags, tile == 0 && h == 0 && threadIdx.x == 0))
+    if (!slot_is_live(slot, a.capacity, a.flags, h == 0 && threadIdx.x == 0))
         return;
-    const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int32_t first_row = tile * ROWS;
-    float *checkpoint = state_head<float>(a, slot, layer, 0, h);
+    /* The fold job before writes checkpoints; the prologue before it the
+     * records and q. */
+    griddep_wait();
+    const float *checkpoint = state_head<float>(a, slot, a.layer, 0, h);
+    const int32_t chunks = d.K / SSM_IDENTITY_CHUNK, buffer = d.V * SSM_IDENTITY_STRIDE;
+    float *staged = shared;
+    for (int32_t q = 0; q < 2; q++) {
+        if (q < chunks)
+            identity_stage(staged + q * buffer, checkpoint, d, q);
+        copy_async_commit(); /* possibly empty: one group per chunk */
+    }
 
-    /* S0: this thread's own rows, so neither the fold's store nor the loads
-     * need a barrier; after a fold the folded state is S0 as it stands. */
-    head_tile<E, RPL, float> t;
-    identity_place(t, tile);
-    tile_load(t, d, checkpoint);
-    griddep_wait(); /* the ring and its cursors come after the prologue */
-
-    int64_t cell = (int64_t)slot * a.layers + layer;
-    int32_t used = a.ring_n[cell], start = a.ring_start[cell];
-    const uint8_t *ring =
-        a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)layer * a.ring_layer_stride;
+    const identity_ring g = identity_ring_of(a, slot);
     const record_layout &lay = a.ring_layout;
-    int32_t kept = used, first = start; /* the history the outputs see */
-    if (ring_folds(used, T, a.max_tokens, a.history)) {
-        apply_records<E, RPL, KDA, float, Act, true>(t, d, ring, lay, start, used, a.ring_mask,
-                                                     h);
-        tile_store(t, d, checkpoint);
-        kept = 0;
-        first = start + used;
-    }
+    const int32_t kept = g.kept, M = kept + T, key_head = h / d.group;
+    float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
+    float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
+    float *gp = qd + T * d.K, *bt = gp + T, *wk = bt + T, *wq = wk + M * T;
 
-    const int32_t M = kept + T;
-    auto record_at = [&](int32_t i) {
-        return ring + (int64_t)((first + i) & a.ring_mask) * lay.bytes;
-    };
-    const int32_t gates = d.kda ? d.K : 1;
-    /* Key vectors first: K is a multiple of 32, so each starts 16-byte aligned. */
-    float *kp = shared, *qp = kp + T * d.K;
-    float *kd = d.kda ? qp + T * d.K : kp, *qd = d.kda ? kd + T * d.K : qp;
-    float *gp = (d.kda ? qd : qp) + T * d.K;
-    float *wk = gp + T * gates, *wq = wk + M * T;
-    float *vb = wq + M * T;   /* v of token p, row first_row + i at vb[p * ROWS + i] */
-    float *bt = vb + T * ROWS; /* beta of token p */
-    float *ub = bt + T;       /* u of record m, row first_row + i at ub[m * ROWS + i] */
-    const int32_t key_head = h / d.group;
-
-    /* The history's u and the tokens' v for the block's rows, one coalesced
-     * row per record, and the tokens' beta. */
-    for (int32_t i = threadIdx.x; i < (kept + T) * ROWS; i += blockDim.x) {
-        int32_t m = i / ROWS, row = first_row + i % ROWS;
-        if (row >= d.V)
-            continue;
-        if (m < kept)
-            ub[i] = ((const float *)(record_at(m) + lay.u))[(int64_t)h * d.V + row];
-        else
-            vb[i - kept * ROWS] = load((const Act *)(record_at(m) + lay.v) + (int64_t)h * d.V + row);
-    }
-    for (int32_t p = threadIdx.x; p < T; p += blockDim.x)
-        bt[p] = ((const float *)(record_at(kept + p) + lay.beta))[h];
-    /* The new tokens' normalized k and q, G_p = sum + error, and for KDA
-     * k_p and q_p times e^{G_p} per channel. */
-    for (int32_t p = warp; p < T; p += SSM_IDENTITY_WARPS) {
-        const uint8_t *record = record_at(kept + p);
-        const float *k = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
-        const float *q = a.q + ((int64_t)slot * a.max_tokens + p) * d.H * d.K +
-                         (int64_t)key_head * d.K;
-        for (int32_t c = lane; c < d.K; c += 32) {
-            kp[p * d.K + c] = k[c];
-            qp[p * d.K + c] = q[c];
-        }
-        for (int32_t c = lane; c < gates; c += 32) {
+    /* The new tokens' normalized k and q (KDA: also times e^{G_p}), G_p and beta_p. */
+    for (int32_t i = threadIdx.x; i < T * d.K; i += blockDim.x) {
+        int32_t p = i / d.K, c = i % d.K;
+        const uint8_t *record = identity_record(a, g, kept + p);
+        float k = ((const float *)(record + lay.k))[(int64_t)key_head * d.K + c];
+        float q = a.q[((int64_t)slot * a.max_tokens + p) * d.H * d.K + (int64_t)key_head * d.K + c];
+        kp[i] = k;
+        qp[i] = q;
+        if (KDA) {
             float sum, error;
             gate_of(record, lay, d, h, c, sum, error);
-            float g = sum + error;
-            gp[p * gates + c] = g;
-            if (d.kda) {
-                float decay = ssm_expf(g);
-                kd[p * d.K + c] = decay * k[c];
-                qd[p * d.K + c] = decay * q[c];
-            }
+            float decay = ssm_expf(sum + error);
+            kd[i] = decay * k;
+            qd[i] = decay * q;
         }
+    }
+    for (int32_t p = threadIdx.x; p < T; p += blockDim.x) {
+        const uint8_t *record = identity_record(a, g, kept + p);
+        float sum, error;
+        gate_of(record, lay, d, h, 0, sum, error);
+        gp[p] = sum + error;
+        bt[p] = ((const float *)(record + lay.beta))[h];
     }
     __syncthreads();
 
     /* w^k_{ip}, w^q_{ip} for every record i the tokens see (i <= kept + p):
-     * one pair per 8 lanes, every pair's loads in flight together. The loop
-     * bound is the same for the whole block, so every lane shuffles. */
+     * one pair per SSM_ROW_LANES lanes. The loop bound is the same for the
+     * whole block, so every lane shuffles. */
     const int32_t groups = blockDim.x / SSM_ROW_LANES, group = threadIdx.x / SSM_ROW_LANES;
+    const int32_t sub = threadIdx.x % SSM_ROW_LANES;
     for (int32_t base = 0; base < M * T; base += groups) {
         int32_t pair = base + group;
         int32_t i = pair / T, p = pair % T;
         bool valid = pair < M * T && i <= kept + p;
         if (!valid)
-            i = 0, p = 0; /* any real pair: the lane computes and drops it */
-        const uint8_t *record = record_at(i), *token = record_at(kept + p);
+            i = 0, p = 0; /* any real pair: the lanes compute and drop it */
+        const uint8_t *record = identity_record(a, g, i);
         const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
         float dk, dq;
-        identity_weight<E, KDA>(d, lay, record, token, ki, kp + p * d.K, qp + p * d.K, h,
-                                t.sub, dk, dq);
-        if (valid && t.sub == 0) {
-            wk[i * T + p] = dk;
-            wq[i * T + p] = dq;
+        identity_weight<KDA>(d, lay, record, identity_record(a, g, kept + p), ki, kp + p * d.K,
+                             qp + p * d.K, h, sub, dk, dq);
+        if (valid && sub == 0) {
+            wk[pair] = dk;
+            wq[pair] = dq;
         }
     }
-    __syncthreads();
 
-    /* Each lane's rows, token by token. */
-    for (int32_t p = 0; p < T; p++) {
-        float decay0 = KDA ? 1.0f : ssm_expf(gp[p * gates]);
-        float sk[RPL], sq[RPL];
+    /* This row's products with every token, chunk by chunk. */
+    float sk[MAXT], sq[MAXT];
 #pragma unroll
-        for (int i = 0; i < RPL; i++) {
-            float k4[4], q4[4], ak[2] = {0.0f, 0.0f}, aq[2] = {0.0f, 0.0f};
+    for (int p = 0; p < MAXT; p++)
+        sk[p] = sq[p] = 0.0f;
+    for (int32_t q = 0; q < chunks; q++) {
+        copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
+        __syncthreads();      /* and everyone's (and, at q = 0, the weights) */
+        const float *row = staged + (q & 1) * buffer + v * SSM_IDENTITY_STRIDE;
+        if (v < d.V)
+            for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
+                float s4[4];
+                load4(row + c, s4);
+                int32_t channel = q * SSM_IDENTITY_CHUNK + c;
 #pragma unroll
-            for (int j = 0; j < E; j++) {
-                if ((j & 3) == 0) {
-                    int32_t c = lane_channel(t.sub, j);
-                    load4(kd + p * d.K + c, k4);
-                    load4(qd + p * d.K + c, q4);
+                for (int p = 0; p < MAXT; p++) {
+                    if (p >= T)
+                        break;
+                    float k4[4], q4[4];
+                    load4(kd + p * d.K + channel, k4);
+                    load4(qd + p * d.K + channel, q4);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        sk[p] = fmaf(s4[j], k4[j], sk[p]);
+                        sq[p] = fmaf(s4[j], q4[j], sq[p]);
+                    }
                 }
-                ak[j & 1] = fmaf(t.s[i][j], k4[j & 3], ak[j & 1]);
-                aq[j & 1] = fmaf(t.s[i][j], q4[j & 3], aq[j & 1]);
             }
-            sk[i] = group_sum(ak[0] + ak[1]);
-            sq[i] = group_sum(aq[0] + aq[1]);
-        }
+        __syncthreads(); /* buffer q & 1 is read: it may take chunk q + 2 */
+        if (q + 2 < chunks)
+            identity_stage(staged + (q & 1) * buffer, checkpoint, d, q + 2);
+        copy_async_commit();
+    }
+    if (v >= d.V)
+        return;
+
+    /* The row through the tokens: e^{G_p} S0 k_p, the history's terms in
+     * record order, then the earlier new tokens'. */
+    float un[MAXT];
 #pragma unroll
-        for (int i = 0; i < RPL; i++) {
-            int32_t row = tile_row(t, i), local = row - first_row;
-            if (row >= d.V)
-                continue;
-            float rk = decay0 * sk[i], oq = decay0 * sq[i];
-            for (int32_t m = 0; m < kept + p; m++) {
-                float u = ub[m * ROWS + local];
-                rk = fmaf(wk[m * T + p], u, rk);
-                oq = fmaf(wq[m * T + p], u, oq);
-            }
-            float u = bt[p] * (vb[p * ROWS + local] - rk);
-            oq = fmaf(wq[(kept + p) * T + p], u, oq);
-            if (t.sub == 0) {
-                ub[(kept + p) * ROWS + local] = u;
-                ((float *)(record_at(kept + p) + lay.u))[(int64_t)h * d.V + row] = u;
-                int64_t out_token = (int64_t)r * T + p;
-                store((Act *)a.out + (out_token * d.HV + h) * d.V + row, oq);
-            }
+    for (int p = 0; p < MAXT; p++) {
+        float decay0 = KDA || p >= T ? 1.0f : ssm_expf(gp[p]);
+        sk[p] *= decay0;
+        sq[p] *= decay0;
+    }
+    for (int32_t m = 0; m < kept; m++) {
+        float u = ((const float *)(identity_record(a, g, m) + lay.u))[(int64_t)h * d.V + v];
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            if (p >= T)
+                break;
+            sk[p] = fmaf(wk[m * T + p], u, sk[p]);
+            sq[p] = fmaf(wq[m * T + p], u, sq[p]);
         }
-        __syncwarp();
+    }
+#pragma unroll
+    for (int p = 0; p < MAXT; p++) {
+        if (p >= T)
+            break;
+#pragma unroll
+        for (int m = 0; m < p; m++) {
+            sk[p] = fmaf(wk[(kept + m) * T + p], un[m], sk[p]);
+            sq[p] = fmaf(wq[(kept + m) * T + p], un[m], sq[p]);
+        }
+        uint8_t *record = (uint8_t *)identity_record(a, g, kept + p);
+        float value = load((const Act *)(record + lay.v) + (int64_t)h * d.V + v);
+        float u = bt[p] * (value - sk[p]);
+        un[p] = u;
+        ((float *)(record + lay.u))[(int64_t)h * d.V + v] = u;
+        float o = fmaf(wq[(kept + p) * T + p], u, sq[p]);
+        store((Act *)a.out + (((int64_t)r * T + p) * d.HV + h) * d.V + v, o);
     }
 }
 

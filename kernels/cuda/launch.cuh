@@ -635,69 +635,49 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
-/* Rows per lane of the identity kernel for a job: 4 (whole 128-row heads,
- * the per-head staging paid once per head) when the batch gives every SM
- * several blocks and the staging fits, else 2. Never changes a bit. */
-inline int32_t identity_rpl(const gpu_common &g, const tile_args &a)
-{
-    size_t wide = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, 4);
-    bool busy = (int64_t)a.rows * a.d.HV >= 4 * (int64_t)g.sms;
-    return busy && wide <= (size_t)g.shared_optin ? 4 : 2;
-}
-
-template <int E, int RPL, bool KDA, class Act>
+template <int MAXT, bool KDA, class Act>
 inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
 {
-    dim3 grid((unsigned)a.rows * (unsigned)identity_tiles(a.d.V, RPL), a.d.HV);
-    dim3 block(32 * SSM_IDENTITY_WARPS);
-    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, RPL);
-    cudaFuncSetAttribute(identity_kernel<E, RPL, KDA, Act>,
+    dim3 grid((unsigned)a.rows, a.d.HV), block(SSM_IDENTITY_THREADS);
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d);
+    cudaFuncSetAttribute(identity_kernel<MAXT, KDA, Act>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    launch_kernel(identity_kernel<E, RPL, KDA, Act>, grid, block, shared, st, a.after_prep, a);
+    launch_kernel(identity_kernel<MAXT, KDA, Act>, grid, block, shared, st, a.after_prep, a);
 }
 
-template <int E, bool KDA, class Act>
-inline void launch_identity_rpl(const tile_args &a, int32_t rpl, cudaStream_t st)
+/* The kernel's registers hold 2 MAXT products a row: 4 for MTP rounds of
+ * up to 4 tokens, else 16 (SSM_MAX_DRAFT_TOKENS + 1). */
+template <bool KDA, class Act>
+inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
 {
-    if (rpl == 4)
-        launch_identity_typed<E, 4, KDA, Act>(a, st);
+    if (a.tokens <= 4)
+        launch_identity_typed<4, KDA, Act>(a, st);
     else
-        launch_identity_typed<E, 2, KDA, Act>(a, st);
+        launch_identity_typed<16, KDA, Act>(a, st);
 }
 
-template <int E, class Act>
-inline void launch_identity_kind(const tile_args &a, int32_t rpl, cudaStream_t st)
-{
-    if (a.d.kda)
-        launch_identity_rpl<E, true, Act>(a, rpl, st);
-    else
-        launch_identity_rpl<E, false, Act>(a, rpl, st);
-}
-
-template <class Act>
-inline void launch_identity_act(const tile_args &a, int32_t rpl, cudaStream_t st)
-{
-    switch (a.d.K) {
-    case 32: launch_identity_kind<4, Act>(a, rpl, st); break;
-    case 64: launch_identity_kind<8, Act>(a, rpl, st); break;
-    default: launch_identity_kind<16, Act>(a, rpl, st); break;
-    }
-}
-
-/* The identity kernel (fp32 state): replay's output-only step. */
+/* Replay's output-only step through the identity (fp32 state): the rows
+ * whose ring would overflow fold first (tile_kernel's HISTORY_FOLD job),
+ * then identity.cuh's kernel. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
-    int32_t rpl = identity_rpl(g, a);
-    cudaStream_t st = (cudaStream_t)stream;
+    tile_args fold = a;
+    fold.history_mode = HISTORY_FOLD;
+    fold.store = STORE_NONE;
+    fold.out = NULL;
+    ssm_status st = launch_tile(g, fold, stream, s);
+    if (st != SSM_OK)
+        return st;
+    cudaStream_t cs = (cudaStream_t)stream;
     tile_args b = a;
-    b.after_prep = a.after_prep && g.overlap;
+    b.after_prep = a.after_prep && g.overlap; /* here: after the fold job */
     if (g.act_dtype == SSM_DTYPE_BF16)
-        launch_identity_act<bf16>(b, rpl, st);
+        b.d.kda ? launch_identity_tokens<true, bf16>(b, cs) : launch_identity_tokens<false, bf16>(b, cs);
     else
-        launch_identity_act<float>(b, rpl, st);
+        b.d.kda ? launch_identity_tokens<true, float>(b, cs) : launch_identity_tokens<false, float>(b, cs);
     return launch_status(s, "replay identity kernel");
 }
 

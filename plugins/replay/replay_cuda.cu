@@ -5,12 +5,13 @@
  * A step appends its T records after the history (prep.cuh) and computes the
  * outputs without writing the checkpoint: by re-running the history through
  * native's update (outputs = exact, tile_kernel) or through SPEC 2.4's
- * identity (identity_kernel). When n + T + T_max > L (ring_folds; SPEC
- * 3.4's n + 2T > L at full width) the step's kernel folds first: it applies
- * the n committed records and stores the checkpoint, and the commit then
- * starts the ring after them. The decision is made on the device
- * from n, the same way in prep, step and commit, so it needs no host sync
- * and survives graph replay.
+ * identity (identity.cuh). When n + T + T_max > L (ring_folds; SPEC 3.4's
+ * n + 2T > L at full width) the step folds first, in its own kernel (exact)
+ * or in a fold job just before the identity's (tile_kernel's HISTORY_FOLD):
+ * it applies the n committed records and stores the checkpoint, and the
+ * commit then starts the ring after them. The decision is made on the
+ * device from n, the same way in prep, step and commit, so it needs no host
+ * sync and survives graph replay.
  *
  * A decode of at most [replay] fold_rows rows instead folds every step
  * (decode_folding): at small batch sizes a step costs latency, not bytes,
@@ -46,8 +47,8 @@ extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
     return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), true).bytes;
 }
 
-/* The identity kernel stages a whole history's weights and u in shared
- * memory: refuse, at create, a history this device cannot hold that way. */
+/* The identity kernel stages a whole history's weights in shared memory:
+ * refuse, at create, a history this device cannot hold that way. */
 static ssm_status check_identity_fits(replay_mode *r)
 {
     if (r->options.outputs == REPLAY_OUTPUTS_EXACT)
@@ -60,7 +61,7 @@ static ssm_status check_identity_fits(replay_mode *r)
                                   "cannot read the device's shared memory size");
     const ssm_model_dims &m = r->params.model;
     int32_t T = r->params.max_tokens;
-    size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m), 2);
+    size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m));
     if (need <= (size_t)limit)
         return SSM_OK;
     return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
