@@ -6,7 +6,8 @@
  * with w^k_{ip} = sum_c e^{G_p[c]-G_i[c]} k_i[c] k_p[c] (one decay for GDN,
  * one per key channel for KDA) and w^q likewise with q_p.
  *
- * One block per (row, value head), one thread per value row. S0 streams
+ * One block per (row, value head, SSM_IDENTITY_THREADS value rows), one
+ * thread per value row. S0 streams
  * through shared memory in chunks of SSM_IDENTITY_CHUNK key channels
  * (cp.async, two buffers, rows padded so that a warp's reads of 32 rows
  * spread over the banks); each thread accumulates its row's 2T products
@@ -32,18 +33,30 @@
 
 namespace ssm {
 
-#define SSM_IDENTITY_THREADS 128 /* one value row a thread: V <= 128 */
+#define SSM_IDENTITY_THREADS 128 /* value rows of a block, one a thread */
 #define SSM_IDENTITY_CHUNK 32    /* key channels of S0 a staged chunk holds */
 #define SSM_IDENTITY_STRIDE (SSM_IDENTITY_CHUNK + 4) /* floats of a staged row */
+
+/* Blocks per value head: SSM_IDENTITY_THREADS value rows each. */
+__host__ __device__ inline int32_t identity_row_blocks(int32_t V)
+{
+    return (V + SSM_IDENTITY_THREADS - 1) / SSM_IDENTITY_THREADS;
+}
+
+/* Value rows a block holds (the last block of a head may hold fewer). */
+__host__ __device__ inline int32_t identity_block_rows(int32_t V)
+{
+    return V < SSM_IDENTITY_THREADS ? V : SSM_IDENTITY_THREADS;
+}
 
 /* Shared memory of one block for `records` records seen (history and
  * tokens) and T tokens. */
 __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t tokens,
                                                         const dims &d)
 {
-    size_t K = (size_t)d.K, T = (size_t)tokens;
+    size_t K = (size_t)d.K, T = (size_t)tokens, rows = (size_t)identity_block_rows(d.V);
     size_t keys = d.kda ? 4 : 2; /* k_p, q_p, and for KDA both times e^{G_p} */
-    return sizeof(float) * ((size_t)2 * d.V * SSM_IDENTITY_STRIDE /* S0 chunks */
+    return sizeof(float) * ((size_t)2 * rows * SSM_IDENTITY_STRIDE /* S0 chunks */
                             + keys * T * K                        /* token vectors */
                             + 2 * T                               /* G_p (GDN), beta_p */
                             + (size_t)2 * records * T);           /* w^k, w^q */
@@ -84,16 +97,16 @@ __device__ __forceinline__ const uint8_t *identity_record(const tile_args &a,
     return g.ring + (int64_t)((g.first + i) & a.ring_mask) * a.ring_layout.bytes;
 }
 
-/* Asks for chunk q of the head's S0 (channels q * SSM_IDENTITY_CHUNK on, every
- * row) into buffer, SSM_IDENTITY_STRIDE floats a row. */
-__device__ __forceinline__ void identity_stage(float *buffer, const float *head, const dims &d,
-                                               int32_t q)
+/* Asks for chunk q (channels q * SSM_IDENTITY_CHUNK on) of `rows` rows of
+ * S0 from `first` into buffer, SSM_IDENTITY_STRIDE floats a row. */
+__device__ __forceinline__ void identity_stage(float *buffer, const float *first, int32_t rows,
+                                               const dims &d, int32_t q)
 {
     constexpr int32_t pieces = SSM_IDENTITY_CHUNK / 4;
-    for (int32_t i = threadIdx.x; i < d.V * pieces; i += blockDim.x) {
+    for (int32_t i = threadIdx.x; i < rows * pieces; i += blockDim.x) {
         int32_t row = i / pieces, c = (i % pieces) * 4;
         copy_chunk_async(buffer + row * SSM_IDENTITY_STRIDE + c,
-                         head + (int64_t)row * d.K + q * SSM_IDENTITY_CHUNK + c, true);
+                         first + (int64_t)row * d.K + q * SSM_IDENTITY_CHUNK + c, true);
     }
 }
 
@@ -140,27 +153,33 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
     }
 }
 
-/* grid (rows, HV), SSM_IDENTITY_THREADS threads, identity_shared_bytes(
- * history + T_max, T, d) dynamic shared memory; T = a.tokens <= MAXT. */
+/* grid (rows * identity_row_blocks(V), HV), SSM_IDENTITY_THREADS threads,
+ * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
+ * T = a.tokens <= MAXT. */
 template <int MAXT, bool KDA, class Act>
 __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
     const dims &d = a.d;
-    const int32_t T = a.tokens, r = blockIdx.x, h = blockIdx.y, v = threadIdx.x;
+    const int32_t T = a.tokens, h = blockIdx.y, row_blocks = identity_row_blocks(d.V);
+    const int32_t r = blockIdx.x / row_blocks;
+    const int32_t row0 = (blockIdx.x % row_blocks) * SSM_IDENTITY_THREADS;
+    const int32_t rows = d.V - row0 < SSM_IDENTITY_THREADS ? d.V - row0 : SSM_IDENTITY_THREADS;
+    const int32_t v = row0 + threadIdx.x; /* this thread's value row, when threadIdx.x < rows */
     const int32_t slot = a.slots[r];
-    if (!slot_is_live(slot, a.capacity, a.flags, h == 0 && threadIdx.x == 0))
+    if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
         return;
     /* The fold job before writes checkpoints; the prologue before it the
      * records and q. */
     griddep_wait();
-    const float *checkpoint = state_head<float>(a, slot, a.layer, 0, h);
-    const int32_t chunks = d.K / SSM_IDENTITY_CHUNK, buffer = d.V * SSM_IDENTITY_STRIDE;
+    const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
+    const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
+    const int32_t buffer = identity_block_rows(d.V) * SSM_IDENTITY_STRIDE;
     float *staged = shared;
     for (int32_t q = 0; q < 2; q++) {
         if (q < chunks)
-            identity_stage(staged + q * buffer, checkpoint, d, q);
+            identity_stage(staged + q * buffer, first_row, rows, d, q);
         copy_async_commit(); /* possibly empty: one group per chunk */
     }
 
@@ -226,8 +245,8 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
     for (int32_t q = 0; q < chunks; q++) {
         copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
         __syncthreads();      /* and everyone's (and, at q = 0, the weights) */
-        const float *row = staged + (q & 1) * buffer + v * SSM_IDENTITY_STRIDE;
-        if (v < d.V)
+        const float *row = staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE;
+        if ((int32_t)threadIdx.x < rows)
             for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
                 float s4[4];
                 load4(row + c, s4);
@@ -248,10 +267,10 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
             }
         __syncthreads(); /* buffer q & 1 is read: it may take chunk q + 2 */
         if (q + 2 < chunks)
-            identity_stage(staged + (q & 1) * buffer, checkpoint, d, q + 2);
+            identity_stage(staged + (q & 1) * buffer, first_row, rows, d, q + 2);
         copy_async_commit();
     }
-    if (v >= d.V)
+    if ((int32_t)threadIdx.x >= rows)
         return;
 
     /* The row through the tokens: e^{G_p} S0 k_p, the history's terms in

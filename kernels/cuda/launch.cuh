@@ -638,7 +638,8 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
 template <int MAXT, bool KDA, class Act>
 inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
 {
-    dim3 grid((unsigned)a.rows, a.d.HV), block(SSM_IDENTITY_THREADS);
+    dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V), a.d.HV);
+    dim3 block(SSM_IDENTITY_THREADS);
     size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d);
     cudaFuncSetAttribute(identity_kernel<MAXT, KDA, Act>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
@@ -674,10 +675,13 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     cudaStream_t cs = (cudaStream_t)stream;
     tile_args b = a;
     b.after_prep = a.after_prep && g.overlap; /* here: after the fold job */
-    if (g.act_dtype == SSM_DTYPE_BF16)
-        b.d.kda ? launch_identity_tokens<true, bf16>(b, cs) : launch_identity_tokens<false, bf16>(b, cs);
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+    if (b.d.kda)
+        bf16_act ? launch_identity_tokens<true, bf16>(b, cs)
+                 : launch_identity_tokens<true, float>(b, cs);
     else
-        b.d.kda ? launch_identity_tokens<true, float>(b, cs) : launch_identity_tokens<false, float>(b, cs);
+        bf16_act ? launch_identity_tokens<false, bf16>(b, cs)
+                 : launch_identity_tokens<false, float>(b, cs);
     return launch_status(s, "replay identity kernel");
 }
 

@@ -496,6 +496,10 @@ static const ssm_model_dims shapes[] = {
 };
 #define SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
+/* Value heads wider than one block of the identity kernel (128 rows):
+ * native and replay's identity outputs only (identity.cuh's row blocks). */
+static const ssm_model_dims wide_heads = DIMS(SSM_MODEL_GDN, 2, 2, 2, 32, 160, 0);
+
 /* state, activations */
 static const ssm_dtype dtypes[][2] = {
     {SSM_DTYPE_F32, SSM_DTYPE_F32},
@@ -548,6 +552,10 @@ int main(void)
                 int ok = case_modes(&su, variants[k], salt++, desc, sizeof desc);
                 report(&t, ok, desc);
             }
+    for (int k = 0; k < VARIANTS; k += VARIANTS - 1) { /* native, replay identity */
+        setup su = {wide_heads, SSM_DTYPE_F32, SSM_DTYPE_BF16};
+        report(&t, case_modes(&su, variants[k], salt++, desc, sizeof desc), desc);
+    }
     /* The other modes' configs with a [replay] section: the replay plugin
        loaded and closed by each context's creation, before its first
        kernel (serve-tiny.ini's case; docs/abi.md, "Loading", step 5). */
