@@ -348,7 +348,6 @@ struct tile_args {
      * built-in layout; the only other value is the test-only 1. */
     uint32_t layout;
     void *out; /* token-major [.][HV][V] act */
-    float *products; /* replay identity: [capacity][max_tokens][HV][2][V] (identity.cuh) */
     store_mode store;
     void *dst;
     /* A commit (accepted != NULL) may move the conv windows in the same
