@@ -49,17 +49,40 @@ __host__ __device__ inline int32_t identity_block_rows(int32_t V)
     return V < SSM_IDENTITY_THREADS ? V : SSM_IDENTITY_THREADS;
 }
 
+#define SSM_FOLD_LANES 4 /* threads sharing a row in a fold */
+#define SSM_FOLD_ROWS (SSM_IDENTITY_THREADS / SSM_FOLD_LANES) /* value rows of a fold pass */
+#define SSM_FOLD_CHUNKS 8 /* chunks of four key channels a fold thread holds, at most (K = 128) */
+
+/* Floats of the fold's staging per record: k, the decay (KDA: per channel),
+ * beta, and v of a pass's rows. */
+__host__ __device__ inline int32_t fold_record_floats(const dims &d)
+{
+    return d.K + (d.kda ? d.K : 1) + 1 + SSM_FOLD_ROWS;
+}
+
 /* Shared memory of one block for `records` records seen (history and
- * tokens) and T tokens. */
+ * tokens) and T tokens. The first area holds two chunks of S0 or, in a
+ * block that folds, the rows' products and at least one staged record. */
 __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t tokens,
                                                         const dims &d)
 {
     size_t K = (size_t)d.K, T = (size_t)tokens, rows = (size_t)identity_block_rows(d.V);
     size_t keys = d.kda ? 4 : 2; /* k_p, q_p, and for KDA both times e^{G_p} */
-    return sizeof(float) * ((size_t)2 * rows * SSM_IDENTITY_STRIDE /* S0 chunks */
-                            + keys * T * K                        /* token vectors */
-                            + 2 * T                               /* G_p (GDN), beta_p */
-                            + (size_t)2 * records * T);           /* w^k, w^q */
+    size_t chunks = (size_t)2 * rows * SSM_IDENTITY_STRIDE;
+    size_t fold = rows * 2 * T + (size_t)fold_record_floats(d);
+    return sizeof(float) * ((chunks > fold ? chunks : fold) /* S0 chunks, or the fold's */
+                            + keys * T * K                 /* token vectors */
+                            + 2 * T                        /* G_p (GDN), beta_p */
+                            + (size_t)2 * records * T);    /* w^k, w^q */
+}
+
+/* Floats of the first area (identity_shared_bytes). */
+__device__ __forceinline__ int32_t identity_area_floats(int32_t tokens, const dims &d)
+{
+    int32_t rows = identity_block_rows(d.V);
+    int32_t chunks = 2 * rows * SSM_IDENTITY_STRIDE;
+    int32_t fold = rows * 2 * tokens + fold_record_floats(d);
+    return chunks > fold ? chunks : fold;
 }
 
 /* G of record `record` for value head h, channel c (0 for GDN), as sum and error. */
@@ -72,10 +95,13 @@ __device__ __forceinline__ void gate_of(const uint8_t *record, const record_layo
     error = ((const float *)(record + lay.gate_error))[e];
 }
 
-/* The records a verify's outputs see in the ring of (slot, layer): `kept`
- * from `first`, after the fold (if any) that ran before the step. */
+/* The ring of (slot, layer) in a verify: its `used` committed records from
+ * `start`; whether the step folds them into the checkpoint first
+ * (ring_folds); and the records its outputs see, `kept` from `first`. */
 struct identity_ring {
     const uint8_t *ring;
+    int32_t start, used;
+    bool folded;
     int32_t kept, first;
 };
 
@@ -86,6 +112,9 @@ __device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, in
     int32_t used = a.ring_n[cell], start = a.ring_start[cell];
     bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history);
     g.ring = a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
+    g.start = start;
+    g.used = used;
+    g.folded = folded;
     g.kept = folded ? 0 : used;
     g.first = folded ? start + used : start;
     return g;
@@ -153,11 +182,173 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
     }
 }
 
+/* ------------------------------------------------------------- the fold */
+
+/* Key channel of chunk n (four channels) of quarter `quarter` of a row in
+ * the fold. The recurrence (tile.cuh) gives lane `sub` of a row the
+ * channels lane_channel(sub, j); here quarter Q of the row holds the lanes
+ * sub = Q + 4 s, s = 0, 1, and its chunk n is chunk n >> 1 of lane
+ * s = n & 1: element i of chunk n is that lane's element
+ * j = (n >> 1) * 4 + i, at channel 32 (n >> 1) + 4 (Q + 4 (n & 1)) + i
+ * = 16 n + 4 Q + i. */
+__device__ __forceinline__ int32_t fold_channel(int32_t quarter, int32_t n)
+{
+    return 16 * n + 4 * quarter;
+}
+
+/* One record through this thread's quarter row: tile_token()'s update with
+ * native's bits. Each lane's two sums run over its elements in tile_token's
+ * order (lane s of this quarter in acc[s]); then they are added as
+ * group_sum's butterfly adds them, lanes 4, 2, 1 apart: sub Q + sub Q + 4
+ * here, then the quarters 2 apart (Q ^ 2), then 1 apart (Q ^ 1). `decay` is
+ * the record's per-channel decay (KDA) or NULL with one decay (GDN). */
+template <bool KDA>
+__device__ __forceinline__ void fold_token(float (&s)[4 * SSM_FOLD_CHUNKS], int32_t chunks,
+                                           int32_t quarter, const float *k, const float *decay,
+                                           float decay1, float beta, float value)
+{
+    float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+    for (int n = 0; n < SSM_FOLD_CHUNKS; n++) {
+        if (n >= chunks)
+            break;
+        float k4[4], d4[4];
+        load4(k + fold_channel(quarter, n), k4);
+        if (KDA)
+            load4(decay + fold_channel(quarter, n), d4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s[4 * n + i] *= KDA ? d4[i] : decay1;
+            acc[n & 1][i & 1] = fmaf(s[4 * n + i], k4[i], acc[n & 1][i & 1]);
+        }
+    }
+    float sum = (acc[0][0] + acc[0][1]) + (acc[1][0] + acc[1][1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    float u = beta * (value - sum);
+#pragma unroll
+    for (int n = 0; n < SSM_FOLD_CHUNKS; n++) {
+        if (n >= chunks)
+            break;
+        float k4[4];
+        load4(k + fold_channel(quarter, n), k4);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[4 * n + i] = fmaf(u, k4[i], s[4 * n + i]);
+    }
+}
+
+/* A block whose ring would overflow (g.folded): its `rows` rows of S0 (from
+ * first_row, row0 the first's index in the head) go through the ring's
+ * g.used committed records with native's update and are stored back as the
+ * new checkpoint (SPEC 3.4's fold: native's bits, update layout 0, the only
+ * one replay runs, docs/tuning.md); then each row's products with the T
+ * new tokens' kd, qd from the registers, into products[row][2T] (k's, then
+ * q's). SSM_FOLD_LANES threads a row, SSM_FOLD_ROWS rows a pass; the records are
+ * staged in shared memory after the products, as many at a time as `area`
+ * (area_floats) holds. Every thread of the block calls it. */
+template <bool KDA, class Act>
+__device__ void identity_fold(const tile_args &a, const identity_ring &g, float *first_row,
+                              int32_t row0, int32_t rows, int32_t h, const float *kd,
+                              const float *qd, float *area, int32_t area_floats)
+{
+    const dims &d = a.d;
+    const record_layout &lay = a.ring_layout;
+    const int32_t T = a.tokens, K = d.K, chunks = K / (4 * SSM_FOLD_LANES), key_head = h / d.group;
+    float *products = area;
+    float *staged = products + identity_block_rows(d.V) * 2 * T;
+    const int32_t group = (area_floats - identity_block_rows(d.V) * 2 * T) / fold_record_floats(d);
+    float *gk = staged, *gd = gk + group * K, *gb = gd + group * (KDA ? K : 1);
+    float *gv = gb + group; /* [group][SSM_FOLD_ROWS] */
+    const int32_t quarter = threadIdx.x % SSM_FOLD_LANES, mine = threadIdx.x / SSM_FOLD_LANES;
+    for (int32_t base = 0; base < rows; base += SSM_FOLD_ROWS) {
+        const int32_t local = base + mine;
+        const bool live = local < rows;
+        float *row = first_row + (int64_t)(live ? local : 0) * K;
+        float s[4 * SSM_FOLD_CHUNKS];
+#pragma unroll
+        for (int n = 0; n < SSM_FOLD_CHUNKS; n++) {
+            if (n >= chunks)
+                break;
+            if (live)
+                load4(row + fold_channel(quarter, n), s + 4 * n);
+            else
+                s[4 * n] = s[4 * n + 1] = s[4 * n + 2] = s[4 * n + 3] = 0.0f;
+        }
+        for (int32_t g0 = 0; g0 < g.used; g0 += group) {
+            const int32_t count = g.used - g0 < group ? g.used - g0 : group;
+            __syncthreads(); /* the previous group's records are read */
+            for (int32_t i = threadIdx.x; i < count * K; i += blockDim.x) {
+                int32_t m = i / K, c = i % K;
+                const uint8_t *record =
+                    g.ring + (int64_t)((g.start + g0 + m) & a.ring_mask) * lay.bytes;
+                gk[i] = ((const float *)(record + lay.k))[(int64_t)key_head * K + c];
+                if (KDA)
+                    gd[i] = ((const float *)(record + lay.decay))[(int64_t)h * K + c];
+            }
+            for (int32_t i = threadIdx.x; i < count * SSM_FOLD_ROWS; i += blockDim.x) {
+                int32_t m = i / SSM_FOLD_ROWS, v = base + i % SSM_FOLD_ROWS;
+                const uint8_t *record =
+                    g.ring + (int64_t)((g.start + g0 + m) & a.ring_mask) * lay.bytes;
+                gv[i] = v < rows ? load((const Act *)(record + lay.v) + (int64_t)h * d.V + row0 + v)
+                                 : 0.0f;
+            }
+            for (int32_t m = threadIdx.x; m < count; m += blockDim.x) {
+                const uint8_t *record =
+                    g.ring + (int64_t)((g.start + g0 + m) & a.ring_mask) * lay.bytes;
+                gb[m] = ((const float *)(record + lay.beta))[h];
+                if (!KDA)
+                    gd[m] = ((const float *)(record + lay.decay))[h];
+            }
+            __syncthreads();
+            for (int32_t m = 0; m < count; m++)
+                fold_token<KDA>(s, chunks, quarter, gk + m * K,
+                                KDA ? gd + m * K : (const float *)0, KDA ? 1.0f : gd[m], gb[m],
+                                gv[m * SSM_FOLD_ROWS + mine]);
+        }
+        if (live)
+#pragma unroll
+            for (int n = 0; n < SSM_FOLD_CHUNKS; n++) {
+                if (n >= chunks)
+                    break;
+                store4(row + fold_channel(quarter, n), s + 4 * n);
+            }
+        /* The new checkpoint's products with the tokens (any fixed order:
+         * they meet the outputs' bound, not native's bits). */
+#pragma unroll 1
+        for (int32_t p = 0; p < T; p++) {
+            float pk = 0.0f, pq = 0.0f;
+#pragma unroll
+            for (int n = 0; n < SSM_FOLD_CHUNKS; n++) {
+                if (n >= chunks)
+                    break;
+                float k4[4], q4[4];
+                load4(kd + p * K + fold_channel(quarter, n), k4);
+                load4(qd + p * K + fold_channel(quarter, n), q4);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    pk = fmaf(s[4 * n + i], k4[i], pk);
+                    pq = fmaf(s[4 * n + i], q4[i], pq);
+                }
+            }
+            pk += __shfl_xor_sync(0xffffffffu, pk, 2);
+            pq += __shfl_xor_sync(0xffffffffu, pq, 2);
+            pk += __shfl_xor_sync(0xffffffffu, pk, 1);
+            pq += __shfl_xor_sync(0xffffffffu, pq, 1);
+            if (live && quarter == 0) {
+                products[local * 2 * T + p] = pk;
+                products[local * 2 * T + T + p] = pq;
+            }
+        }
+    }
+    __syncthreads(); /* every row's products are in */
+}
+
 /* grid (rows * identity_row_blocks(V), HV), SSM_IDENTITY_THREADS threads,
  * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
  * T = a.tokens <= MAXT. */
 template <int MAXT, bool KDA, class Act>
-__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_args a)
+__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
@@ -170,23 +361,24 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
     const int32_t slot = a.slots[r];
     if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
         return;
-    /* The fold job before writes checkpoints; the prologue before it the
-     * records and q. */
+    /* The prologue before writes the records, q and the cursors. */
     griddep_wait();
-    const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
+    float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
+    const identity_ring g = identity_ring_of(a, slot);
     const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
     const int32_t buffer = identity_block_rows(d.V) * SSM_IDENTITY_STRIDE;
+    const int32_t area = identity_area_floats(T, d);
     float *staged = shared;
-    for (int32_t q = 0; q < 2; q++) {
-        if (q < chunks)
-            identity_stage(staged + q * buffer, first_row, rows, d, q);
-        copy_async_commit(); /* possibly empty: one group per chunk */
-    }
+    if (!g.folded)
+        for (int32_t q = 0; q < 2; q++) {
+            if (q < chunks)
+                identity_stage(staged + q * buffer, first_row, rows, d, q);
+            copy_async_commit(); /* possibly empty: one group per chunk */
+        }
 
-    const identity_ring g = identity_ring_of(a, slot);
     const record_layout &lay = a.ring_layout;
     const int32_t kept = g.kept, M = kept + T, key_head = h / d.group;
-    float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
+    float *kp = staged + area, *qp = kp + T * d.K;
     float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
     float *gp = qd + T * d.K, *bt = gp + T, *wk = bt + T, *wq = wk + M * T;
 
@@ -237,12 +429,24 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
         }
     }
 
-    /* This row's products with every token, chunk by chunk. */
+    /* This row's products with every token: from the folded rows, or from
+     * S0 chunk by chunk. */
     float sk[MAXT], sq[MAXT];
 #pragma unroll
     for (int p = 0; p < MAXT; p++)
         sk[p] = sq[p] = 0.0f;
-    for (int32_t q = 0; q < chunks; q++) {
+    if (g.folded) {
+        identity_fold<KDA, Act>(a, g, first_row, row0, rows, h, kd, qd, staged, area);
+        if ((int32_t)threadIdx.x < rows)
+#pragma unroll
+            for (int p = 0; p < MAXT; p++) {
+                if (p >= T)
+                    break;
+                sk[p] = staged[threadIdx.x * 2 * T + p];
+                sq[p] = staged[threadIdx.x * 2 * T + T + p];
+            }
+    }
+    for (int32_t q = 0; q < (g.folded ? 0 : chunks); q++) {
         copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
         __syncthreads();      /* and everyone's (and, at q = 0, the weights) */
         const float *row = staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE;

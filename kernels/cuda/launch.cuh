@@ -657,31 +657,21 @@ inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
         launch_identity_typed<16, KDA, Act>(a, st);
 }
 
-/* Replay's output-only step through the identity (fp32 state): the rows
- * whose ring would overflow fold first (tile_kernel's HISTORY_FOLD job),
- * then identity.cuh's kernel. */
+/* Replay's output-only step through the identity (fp32 state), one
+ * kernel: a row whose ring would overflow folds in it first (identity.cuh). */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
-    tile_args fold = a;
-    fold.history_mode = HISTORY_FOLD;
-    fold.store = STORE_NONE;
-    fold.out = NULL;
-    ssm_status st = launch_tile(g, fold, stream, s);
-    if (st != SSM_OK)
-        return st;
     cudaStream_t cs = (cudaStream_t)stream;
-    tile_args b = a;
-    b.after_prep = a.after_prep && g.overlap; /* here: after the fold job */
     bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-    if (b.d.kda)
-        bf16_act ? launch_identity_tokens<true, bf16>(b, cs)
-                 : launch_identity_tokens<true, float>(b, cs);
+    if (a.d.kda)
+        bf16_act ? launch_identity_tokens<true, bf16>(a, cs)
+                 : launch_identity_tokens<true, float>(a, cs);
     else
-        bf16_act ? launch_identity_tokens<false, bf16>(b, cs)
-                 : launch_identity_tokens<false, float>(b, cs);
+        bf16_act ? launch_identity_tokens<false, bf16>(a, cs)
+                 : launch_identity_tokens<false, float>(a, cs);
     return launch_status(s, "replay identity kernel");
 }
 

@@ -27,8 +27,9 @@
  *    after every step; replay's exports (materialized: its ring folded into
  *    the copy) too, and its outputs with the default `outputs = exact`;
  *    with `outputs = identity` (fp32 state only) within the bound, prefill
- *    still bit for bit. Replay runs with history 8 = 2T: every verify round
- *    after committed history folds.
+ *    still bit for bit. Replay runs with history 2 T_max (8): every verify
+ *    round after committed history folds. Also with T_max = 8 (history
+ *    16) on two shapes in every mode.
  * 3. graph: two CUDA contexts of one mode, the same prefill; one full round
  *    (ssm_verify of every layer with one ticket, then ssm_commit) of the first
  *    is captured on a non-default stream into a CUDA graph and replayed 24
@@ -99,14 +100,14 @@ static int op_prefill(world *w, int all, int empty)
     return step_finish(w, step_make(w, STEP_PREFILL, 0, rows, lanes, lengths));
 }
 
-/* A decode step or a verify round of T_MAX with random accepted lengths. */
+/* A decode step or a verify round of T_max with random accepted lengths. */
 static int op_step(world *w, step_kind kind)
 {
     w->op = step_kind_name(kind);
     int32_t lanes[MAX_ROWS];
     int32_t rows =
         world_pick_rows(w, test_rng_int(&w->rng, 1, w->lanes), test_rng_int(&w->rng, 0, 2), lanes);
-    return step_finish(w, step_make(w, kind, kind == STEP_DECODE ? 1 : T_MAX, rows, lanes, NULL));
+    return step_finish(w, step_make(w, kind, kind == STEP_DECODE ? 1 : w->t_max, rows, lanes, NULL));
 }
 
 /* Makes a lane fresh on every side (CUDA: on the test's stream). */
@@ -176,7 +177,7 @@ static int op_bad_accepted(world *w)
             live[count++] = r;
     if (count < 2)
         return world_fail(w, "fewer than two live rows");
-    step *st = step_make(w, STEP_VERIFY, T_MAX, rows, lanes, NULL);
+    step *st = step_make(w, STEP_VERIFY, w->t_max, rows, lanes, NULL);
     int32_t first = test_rng_int(&w->rng, 0, count - 1);
     int32_t second = (first + test_rng_int(&w->rng, 1, count - 1)) % count;
     int32_t bad_rows[2] = {live[first], live[second]};
@@ -185,7 +186,7 @@ static int op_bad_accepted(world *w)
         bad[i] = lanes[r];
         st->skip[r] = 1;
         for (int s = 0; s < w->sides; s++) {
-            st->accepted[s][r] = w->side[s].cuda ? (i == 0 ? 0 : T_MAX + 1) : 0;
+            st->accepted[s][r] = w->side[s].cuda ? (i == 0 ? 0 : w->t_max + 1) : 0;
             if (!w->side[s].cuda)
                 st->slots[s][r] = -1;
         }
@@ -214,7 +215,7 @@ static int op_nonfinite(world *w)
     w->op = kind == STEP_VERIFY ? "verify with a NaN input" : "decode with a NaN input";
     int32_t lanes[MAX_ROWS];
     int32_t rows = world_pick_rows(w, w->lanes, test_rng_int(&w->rng, 0, 1), lanes);
-    step *st = step_make(w, kind, kind == STEP_DECODE ? 1 : T_MAX, rows, lanes, NULL);
+    step *st = step_make(w, kind, kind == STEP_DECODE ? 1 : w->t_max, rows, lanes, NULL);
     int32_t r = 0;
     while (lanes[r] < 0)
         r++;
@@ -460,7 +461,7 @@ static int case_graph(const setup *su, variant v, uint64_t salt, char *desc, siz
     if (ok) {
         int32_t lanes[MAX_ROWS];
         int32_t rows = world_pick_rows(&w, w.lanes, 1, lanes);
-        st = step_make(&w, STEP_VERIFY, T_MAX, rows, lanes, NULL);
+        st = step_make(&w, STEP_VERIFY, w.t_max, rows, lanes, NULL);
         ok = step_upload(&w, st) && capture_round(&w, st, &exec);
     }
     for (int k = 0; k < GRAPH_ROUNDS && ok; k++)
@@ -509,11 +510,11 @@ static const ssm_dtype dtypes[][2] = {
 #define DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 static const variant variants[] = {
-    {"native", 0, 0, 0},
-    {"compact", 0, 0, 0},
-    {"replay", 0, 0, 0}, /* outputs = exact (the default), decode keeps the ring */
-    {"replay", 0, 1, 0}, /* exact, decodes fold every step (the default at few rows) */
-    {"replay", 1, 0, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
+    {"native", 0, 0, 0, 0},
+    {"compact", 0, 0, 0, 0},
+    {"replay", 0, 0, 0, 0}, /* outputs = exact (the default), decode keeps the ring */
+    {"replay", 0, 1, 0, 0}, /* exact, decodes fold every step (the default at few rows) */
+    {"replay", 1, 0, 0, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
@@ -555,6 +556,17 @@ int main(void)
     for (int k = 0; k < VARIANTS; k += VARIANTS - 1) { /* native, replay identity */
         setup su = {wide_heads, SSM_DTYPE_F32, SSM_DTYPE_BF16};
         report(&t, case_modes(&su, variants[k], salt++, desc, sizeof desc), desc);
+    }
+    /* Verify rounds of 8 tokens (max_draft_tokens 7, replay's history 16):
+       every mode's multi-token jobs past T = 4 and the identity kernel's
+       16-token instantiation; Qwen3-Next's head shape and KDA, fp32 state. */
+    for (int k = 0; k < VARIANTS; k++) {
+        variant v = variants[k];
+        v.t_max = 8;
+        setup a = {shapes[3], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+        setup b = {shapes[1], SSM_DTYPE_F32, SSM_DTYPE_F32};
+        report(&t, case_modes(&a, v, salt++, desc, sizeof desc), desc);
+        report(&t, case_modes(&b, v, salt++, desc, sizeof desc), desc);
     }
     /* The other modes' configs with a [replay] section: the replay plugin
        loaded and closed by each context's creation, before its first

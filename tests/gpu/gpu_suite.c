@@ -45,7 +45,7 @@ int gpu_step_lanes(world *w, step_kind kind, int32_t pads)
     w->op = step_kind_name(kind);
     int32_t rows = world_pick_rows(w, w->lanes, pads, lanes);
     return step_finish(
-        w, step_make(w, kind, kind == STEP_DECODE ? 1 : T_MAX, rows, lanes, NULL));
+        w, step_make(w, kind, kind == STEP_DECODE ? 1 : w->t_max, rows, lanes, NULL));
 }
 
 void gpu_page_world(world *w, int i, uint64_t salt, const char *what, const char *op, int *g)
@@ -77,7 +77,7 @@ ssm_ctx *gpu_open_ctx(const world *w, const char *mode, int cuda, int32_t capaci
                       int32_t count, int32_t *slots)
 {
     ssm_config c;
-    test_config(&c, &w->m, mode, w->sd, w->ad, capacity, T_MAX - 1);
+    test_config(&c, &w->m, mode, w->sd, w->ad, capacity, w->t_max - 1);
     if (cuda)
         c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
     return open_config(&c, count, slots);
@@ -91,7 +91,7 @@ ssm_ctx *gpu_open_rank(const world *w, const char *mode, int32_t h0, int32_t per
     m.value_heads = per;
     m.heads = per / group;
     ssm_config c;
-    test_config(&c, &m, mode, w->sd, w->ad, capacity, T_MAX - 1);
+    test_config(&c, &m, mode, w->sd, w->ad, capacity, w->t_max - 1);
     c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
     c.head_slice = (ssm_head_slice){w->m.heads, w->m.value_heads, h0};
     return open_config(&c, count, slots);

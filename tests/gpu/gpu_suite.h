@@ -36,7 +36,7 @@ extern const setup gpu_setups[SETUPS];
  * rows, on every side; 1 when it ran and matched (world_fail otherwise). */
 int gpu_prefill_lanes(world *w, int32_t pads);
 
-/* A decode (one token) or a verify round (T_MAX tokens, then the commit)
+/* A decode (one token) or a verify round (the world's t_max tokens, then the commit)
  * of every clean lane with `pads` padding rows, on every side; 1 when it
  * ran and matched. */
 int gpu_step_lanes(world *w, step_kind kind, int32_t pads);

@@ -42,7 +42,7 @@ void *world_stream(const world *w, int s)
 }
 
 /* Creates side s: a context of `mode` on the CPU or CUDA device 0, replay
- * with history 8 (and outputs = identity when the variant asks; the other
+ * with history 2 t_max (and outputs = identity when the variant asks; the other
  * modes get that [replay] section too when it asks for replay_section), and
  * its lanes acquired in order, plus a spare slot when `spare`. */
 static int side_open(world *w, int s, const char *name, const char *mode, int cuda, int spare)
@@ -52,12 +52,12 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
     sd->name = name;
     sd->cuda = cuda;
     sd->spare = -1;
-    test_config(&c, &w->m, mode, w->sd, w->ad, CAPACITY, T_MAX - 1);
+    test_config(&c, &w->m, mode, w->sd, w->ad, CAPACITY, w->t_max - 1);
     if (cuda)
         c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
     if (!strcmp(mode, "replay") || w->v.replay_section) {
         int32_t n = 0;
-        sd->options[n++] = (ssm_mode_option){"history", HISTORY, 0};
+        sd->options[n++] = (ssm_mode_option){"history", w->history, 0};
         if (w->v.identity)
             sd->options[n++] = (ssm_mode_option){"outputs", "identity", 0};
         if (!w->v.fold_every_step)
@@ -85,12 +85,13 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
 static void world_describe(world *w, const char *what)
 {
     snprintf(w->desc, sizeof w->desc,
-             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s mode=%s%s%s%s%s",
+             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T=%d mode=%s%s%s%s%s%s",
              what,
              ssm_model_kind_name(w->m.kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
              w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
-             ssm_dtype_name(w->sd), ssm_dtype_name(w->ad), w->v.mode,
-             strcmp(w->v.mode, "replay") ? "" : " history=" HISTORY,
+             ssm_dtype_name(w->sd), ssm_dtype_name(w->ad), (int)w->t_max, w->v.mode,
+             strcmp(w->v.mode, "replay") ? "" : " history=",
+             strcmp(w->v.mode, "replay") ? "" : w->history,
              strcmp(w->v.mode, "replay") ? ""
              : w->v.identity             ? " outputs=identity"
                                          : " outputs=exact",
@@ -109,6 +110,8 @@ static int world_init(world *w, const setup *su, variant v, uint64_t salt, const
     w->sd = su->sd;
     w->ad = su->ad;
     w->v = v;
+    w->t_max = v.t_max > 0 ? v.t_max : T_MAX;
+    snprintf(w->history, sizeof w->history, "%d", (int)(2 * w->t_max));
     w->bound = spec_bound_outputs(w->sd, w->ad);
     /* States: SPEC 3.5's CPU-vs-CUDA bounds, 1e-5 (fp32 state) and 4e-3
      * (bf16), as the conformance suite holds them. Both sides prefill

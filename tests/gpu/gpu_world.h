@@ -26,13 +26,12 @@
 #define MAX_ROWS 8
 #define MAX_SIDES 3
 #define CAPACITY 6     /* slots per context */
-#define T_MAX 4        /* max_draft_tokens 3 */
-#define HISTORY "8"    /* replay's history: 2 T_MAX, so rounds fold often */
+#define T_MAX 4        /* max_draft_tokens 3, unless the variant asks for another */
 #define SENTINEL 0xA5  /* fills every output buffer before a step */
 #define MAX_MESSAGES 6 /* failure reasons printed per case */
 
 /* The mode under test: replay with `[replay] outputs = identity` or the
- * default (exact); replay always with history HISTORY, and with
+ * default (exact); replay always with history 2 T_max (rounds fold often), and with
  * `fold_rows = 0` (decode keeps the ring) unless fold_every_step asks for
  * the default (decodes of the test's few rows fold every step). */
 typedef struct variant {
@@ -43,6 +42,7 @@ typedef struct variant {
      * compact context loads the replay plugin to check it and closes it
      * again before the context's first kernel (docs/abi.md, "Loading"). */
     int replay_section;
+    int t_max; /* verify width (max_draft_tokens + 1); 0: T_MAX */
 } variant;
 
 typedef struct setup {
@@ -79,6 +79,8 @@ typedef struct world {
     ssm_model_dims m;
     ssm_dtype sd, ad;
     variant v;
+    int32_t t_max;    /* the variant's verify width */
+    char history[16]; /* replay's history, 2 t_max, as the config option's text */
     int sides, pairs, lanes;
     side side[MAX_SIDES];
     pair pair[MAX_SIDES];
