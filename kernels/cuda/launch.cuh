@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/cuda/commit.cuh"
+#include "kernels/cuda/fold.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
 
@@ -657,8 +658,9 @@ inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
         launch_identity_typed<16, KDA, Act>(a, st);
 }
 
-/* Replay's output-only step through the identity (fp32 state), one
- * kernel: a row whose ring would overflow folds in it first (identity.cuh). */
+/* Replay's output-only step through the identity (fp32 state): the rows
+ * whose ring would overflow fold first (fold.cuh), then identity.cuh's
+ * kernel. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
@@ -666,12 +668,26 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
         return SSM_OK;
     cudaStream_t cs = (cudaStream_t)stream;
     bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+    dim3 grid((unsigned)a.rows * (unsigned)fold_row_blocks(a.d.V), a.d.HV);
+    dim3 block(fold_threads(a.d.V));
+    bool overlap = a.after_prep && g.overlap;
     if (a.d.kda)
-        bf16_act ? launch_identity_tokens<true, bf16>(a, cs)
-                 : launch_identity_tokens<true, float>(a, cs);
+        bf16_act ? launch_kernel(fold_kernel<true, bf16>, grid, block, 0, cs, overlap, a)
+                 : launch_kernel(fold_kernel<true, float>, grid, block, 0, cs, overlap, a);
     else
-        bf16_act ? launch_identity_tokens<false, bf16>(a, cs)
-                 : launch_identity_tokens<false, float>(a, cs);
+        bf16_act ? launch_kernel(fold_kernel<false, bf16>, grid, block, 0, cs, overlap, a)
+                 : launch_kernel(fold_kernel<false, float>, grid, block, 0, cs, overlap, a);
+    ssm_status st = launch_status(s, "replay fold kernel");
+    if (st != SSM_OK)
+        return st;
+    tile_args b = a;
+    b.after_prep = overlap; /* here: after the fold kernel */
+    if (b.d.kda)
+        bf16_act ? launch_identity_tokens<true, bf16>(b, cs)
+                 : launch_identity_tokens<true, float>(b, cs);
+    else
+        bf16_act ? launch_identity_tokens<false, bf16>(b, cs)
+                 : launch_identity_tokens<false, float>(b, cs);
     return launch_status(s, "replay identity kernel");
 }
 
