@@ -11,13 +11,11 @@
  * lane's two sums run over its own elements in their order and the
  * quarters add them as group_sum's butterfly does (lanes 4, 2, 1 apart:
  * within the thread, then quarters 2 and 1 apart). One block per (row,
- * value head, SSM_FOLD_ROWS value rows): all of a head's rows in one pass,
- * so a fold's time is its records one after another, once. The records are
- * staged in shared memory SSM_FOLD_GROUP at a time (k, the decay, beta, v
- * of the block's rows), so a token reads no global memory.
- *
- * A block whose ring does not fold reads two words and returns: one block
- * a (row, head), a quarter of what the recurrence's tiles of 32 rows cost. */
+ * value head, SSM_FOLD_ROWS value rows). The records are staged in shared
+ * memory SSM_FOLD_GROUP at a time (k, the decay, beta, v of the block's
+ * rows; every load of a group issued before the first store), so a token
+ * reads no global memory. A block whose ring does not fold reads two words
+ * and returns. */
 #ifndef SSM_KERNELS_CUDA_FOLD_CUH
 #define SSM_KERNELS_CUDA_FOLD_CUH
 
@@ -26,27 +24,16 @@
 namespace ssm {
 
 #define SSM_FOLD_LANES 4   /* threads sharing a value row */
-#define SSM_FOLD_ROWS 128  /* value rows of a block, at most */
+#define SSM_FOLD_ROWS 32   /* value rows of a block, at most */
+#define SSM_FOLD_THREADS (SSM_FOLD_LANES * SSM_FOLD_ROWS)
 #define SSM_FOLD_CHUNKS 8  /* chunks of four key channels a thread holds, at most (K 128) */
 #define SSM_FOLD_GROUP 16  /* records staged at a time */
 #define SSM_FOLD_MAX_K 128 /* the CUDA kernels' largest key_dim */
 
-/* Value rows of one block, and blocks per value head. */
-__host__ __device__ inline int32_t fold_block_rows(int32_t V)
-{
-    return V < SSM_FOLD_ROWS ? V : SSM_FOLD_ROWS;
-}
-
+/* Blocks per value head. */
 __host__ __device__ inline int32_t fold_row_blocks(int32_t V)
 {
     return (V + SSM_FOLD_ROWS - 1) / SSM_FOLD_ROWS;
-}
-
-/* Threads of one block: four a row, whole warps (a warp's shuffles need
- * every lane). */
-__host__ __device__ inline int32_t fold_threads(int32_t V)
-{
-    return (SSM_FOLD_LANES * fold_block_rows(V) + 31) / 32 * 32;
 }
 
 /* Key channel of chunk n (four channels) of quarter Q of a row: chunk n is
@@ -102,15 +89,15 @@ __device__ __forceinline__ void fold_token(float (&s)[4 * SSM_FOLD_CHUNKS], int3
     }
 }
 
-/* grid (rows * fold_row_blocks(V), HV), fold_threads(V) threads; fp32
+/* grid (rows * fold_row_blocks(V), HV), SSM_FOLD_THREADS threads; fp32
  * state (replay's identity outputs take no other). The checkpoint is
  * snapshot 0 of (slot, layer); a.tokens and a.max_tokens give the fold
  * rule; the cursors stay for the commit. */
 template <bool KDA, class Act>
-__global__ void __launch_bounds__(SSM_FOLD_LANES *SSM_FOLD_ROWS, 2) fold_kernel(tile_args a)
+__global__ void __launch_bounds__(SSM_FOLD_THREADS) fold_kernel(tile_args a)
 {
-    __shared__ float gk[SSM_FOLD_GROUP][SSM_FOLD_MAX_K];
-    __shared__ float gd[SSM_FOLD_GROUP][KDA ? SSM_FOLD_MAX_K : 1];
+    __shared__ __align__(16) float gk[SSM_FOLD_GROUP][SSM_FOLD_MAX_K];
+    __shared__ __align__(16) float gd[SSM_FOLD_GROUP][KDA ? SSM_FOLD_MAX_K : 1];
     __shared__ float gb[SSM_FOLD_GROUP];
     __shared__ float gv[SSM_FOLD_GROUP][SSM_FOLD_ROWS];
     const dims &d = a.d;
@@ -148,22 +135,53 @@ __global__ void __launch_bounds__(SSM_FOLD_LANES *SSM_FOLD_ROWS, 2) fold_kernel(
     for (int32_t g0 = 0; g0 < used; g0 += SSM_FOLD_GROUP) {
         const int32_t count = used - g0 < SSM_FOLD_GROUP ? used - g0 : SSM_FOLD_GROUP;
         __syncthreads(); /* the previous group is read */
-        for (int32_t i = threadIdx.x; i < count * K; i += blockDim.x) {
-            int32_t m = i / K, c = i % K;
+        constexpr int KEYS = SSM_FOLD_GROUP * SSM_FOLD_MAX_K / 4 / SSM_FOLD_THREADS;
+        constexpr int VALUES = SSM_FOLD_GROUP * SSM_FOLD_ROWS / SSM_FOLD_THREADS;
+        const int32_t quads = K / 4;
+        float4 kk[KEYS], dd[KDA ? KEYS : 1];
+        float vv[VALUES];
+#pragma unroll
+        for (int j = 0; j < KEYS; j++) {
+            int32_t i = (int32_t)threadIdx.x + j * SSM_FOLD_THREADS, m = i / quads;
+            if (m >= count)
+                continue;
             const uint8_t *record = ring + (int64_t)((start + g0 + m) & a.ring_mask) * lay.bytes;
-            gk[m][c] = ((const float *)(record + lay.k))[(int64_t)key_head * K + c];
+            int64_t c = 4 * (int64_t)(i % quads);
+            kk[j] = *(const float4 *)((const float *)(record + lay.k) + key_head * K + c);
             if (KDA)
-                gd[m][c] = ((const float *)(record + lay.decay))[(int64_t)h * K + c];
+                dd[KDA ? j : 0] = *(const float4 *)((const float *)(record + lay.decay) + h * K + c);
         }
-        for (int32_t i = threadIdx.x; i < count * rows; i += blockDim.x) {
-            int32_t m = i / rows, v = i % rows;
+#pragma unroll
+        for (int j = 0; j < VALUES; j++) {
+            int32_t i = (int32_t)threadIdx.x + j * SSM_FOLD_THREADS;
+            int32_t m = i / SSM_FOLD_ROWS, v = i % SSM_FOLD_ROWS;
+            if (m >= count || v >= rows)
+                continue;
             const uint8_t *record = ring + (int64_t)((start + g0 + m) & a.ring_mask) * lay.bytes;
-            gv[m][v] = load((const Act *)(record + lay.v) + (int64_t)h * d.V + row0 + v);
-            if (v == 0) {
-                gb[m] = ((const float *)(record + lay.beta))[h];
-                if (!KDA)
-                    gd[m][0] = ((const float *)(record + lay.decay))[h];
-            }
+            vv[j] = load((const Act *)(record + lay.v) + (int64_t)h * d.V + row0 + v);
+        }
+        if ((int32_t)threadIdx.x < count) {
+            int32_t m = threadIdx.x;
+            const uint8_t *record = ring + (int64_t)((start + g0 + m) & a.ring_mask) * lay.bytes;
+            gb[m] = ((const float *)(record + lay.beta))[h];
+            if (!KDA)
+                gd[m][0] = ((const float *)(record + lay.decay))[h];
+        }
+#pragma unroll
+        for (int j = 0; j < KEYS; j++) {
+            int32_t i = (int32_t)threadIdx.x + j * SSM_FOLD_THREADS, m = i / quads;
+            if (m >= count)
+                continue;
+            *(float4 *)&gk[m][4 * (i % quads)] = kk[j];
+            if (KDA)
+                *(float4 *)&gd[m][4 * (i % quads)] = dd[KDA ? j : 0];
+        }
+#pragma unroll
+        for (int j = 0; j < VALUES; j++) {
+            int32_t i = (int32_t)threadIdx.x + j * SSM_FOLD_THREADS;
+            int32_t m = i / SSM_FOLD_ROWS, v = i % SSM_FOLD_ROWS;
+            if (m < count && v < rows)
+                gv[m][v] = vv[j];
         }
         __syncthreads();
         for (int32_t m = 0; m < count; m++)

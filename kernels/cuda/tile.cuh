@@ -289,7 +289,12 @@ enum history_mode {
     /* Replay decode that folds every step: apply the n records the
      * prologue took out of the ring (fold_taken) and the step's token (from
      * the token scratch), and store the checkpoint. */
-    HISTORY_THROUGH
+    HISTORY_THROUGH,
+    /* Replay identity step (identity.cuh): a row whose ring would overflow
+     * before the step's tokens (ring_folds) applies its n committed records
+     * and stores the checkpoint; every other row returns at once. No tokens
+     * run, and the cursors stay for the commit. */
+    HISTORY_FOLD
 };
 
 enum store_mode {
@@ -509,7 +514,8 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
     if (HISTORY && a.history_mode != HISTORY_NONE) {
         apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, d, j.ring, a.ring_layout, start,
                                                          used, a.ring_mask, j.h, a.layout);
-        if (a.history_mode == HISTORY_STEP && ring_folds(used, a.tokens, a.max_tokens, a.history))
+        bool folding = a.history_mode == HISTORY_STEP || a.history_mode == HISTORY_FOLD;
+        if (folding && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
 
@@ -621,6 +627,12 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         }
     }
     j.cell = (int64_t)j.slot * a.layers + j.layer;
+    if (a.history_mode == HISTORY_FOLD) {
+        griddep_wait(); /* before the cursors, as every history job */
+        if (!ring_folds(a.ring_n[j.cell], a.tokens, a.max_tokens, a.history))
+            return;
+        j.n_tokens = 0;
+    }
     j.ring = a.ring ? a.ring + (int64_t)j.slot * a.ring_slot_stride +
                           (int64_t)j.layer * a.ring_layer_stride
                     : NULL;
