@@ -23,9 +23,9 @@
  * order, a weight's over its lanes' channels and then the lanes, the
  * history terms in record order), so
  * the results do not depend on the launch. A row whose ring would overflow
- * has been folded just before by fold.cuh's kernel (native's update with
- * native's bits), and the new records' gate sums start from zero after a
- * fold (prep.cuh knows the same rule). */
+ * has been folded just before by tile_kernel's HISTORY_FOLD job (native's
+ * update in the recurrence's layout: native's bits), and the new records'
+ * gate sums start from zero after a fold (prep.cuh knows the same rule). */
 #ifndef SSM_KERNELS_CUDA_IDENTITY_CUH
 #define SSM_KERNELS_CUDA_IDENTITY_CUH
 
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
     const int32_t slot = a.slots[r];
     if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
         return;
-    /* The fold kernel before writes checkpoints; the prologue before it the
+    /* The fold job before writes checkpoints; the prologue before it the
      * records and q. */
     griddep_wait();
     const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;

@@ -15,7 +15,6 @@
 
 #include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/cuda/commit.cuh"
-#include "kernels/cuda/fold.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
 
@@ -42,7 +41,6 @@ struct gpu_common {
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
     bool overlap;               /* recurrence kernels overlap their prologue (PDL, sm_90 on) */
-    bool fold_in_tiles;         /* replay identity folds in tile_kernel (a measuring knob) */
     bool blocks_forced;         /* SSMSTATE_CUDA_MULTI_TOKEN_BLOCKS=1: overrides tuned choices */
     /* Tuned choices (docs/tuning.md): candidate of each family per batch
      * bucket, 0 the built-in rule; read at launch (tuned_choice), written
@@ -117,11 +115,6 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * before it has finished. */
     const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
     g.overlap = major >= 9 && !(overlap && strcmp(overlap, "0") == 0);
-    /* Likewise: SSMSTATE_CUDA_REPLAY_FOLD=tile folds replay's identity
-     * rows in the recurrence's tiles (tile_kernel, HISTORY_FOLD) instead of
-     * fold.cuh's kernel; the same bits. */
-    const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
-    g.fold_in_tiles = fold && strcmp(fold, "tile") == 0;
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -665,37 +658,24 @@ inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
 }
 
 /* Replay's output-only step through the identity (fp32 state): the rows
- * whose ring would overflow fold first (fold.cuh), then identity.cuh's
- * kernel. */
+ * whose ring would overflow fold first (tile_kernel's HISTORY_FOLD job),
+ * then identity.cuh's kernel. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
-    cudaStream_t cs = (cudaStream_t)stream;
-    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-    dim3 grid((unsigned)a.rows * (unsigned)fold_row_blocks(a.d.V), a.d.HV);
-    dim3 block(SSM_FOLD_THREADS);
-    bool overlap = a.after_prep && g.overlap;
-    if (g.fold_in_tiles) {
-        tile_args fold = a;
-        fold.history_mode = HISTORY_FOLD;
-        fold.store = STORE_NONE;
-        fold.out = NULL;
-        ssm_status st = launch_tile(g, fold, stream, s);
-        if (st != SSM_OK)
-            return st;
-    } else if (a.d.kda)
-        bf16_act ? launch_kernel(fold_kernel<true, bf16>, grid, block, 0, cs, overlap, a)
-                 : launch_kernel(fold_kernel<true, float>, grid, block, 0, cs, overlap, a);
-    else
-        bf16_act ? launch_kernel(fold_kernel<false, bf16>, grid, block, 0, cs, overlap, a)
-                 : launch_kernel(fold_kernel<false, float>, grid, block, 0, cs, overlap, a);
-    ssm_status st = launch_status(s, "replay fold kernel");
+    tile_args fold = a;
+    fold.history_mode = HISTORY_FOLD;
+    fold.store = STORE_NONE;
+    fold.out = NULL;
+    ssm_status st = launch_tile(g, fold, stream, s);
     if (st != SSM_OK)
         return st;
+    cudaStream_t cs = (cudaStream_t)stream;
     tile_args b = a;
-    b.after_prep = overlap; /* here: after the fold kernel */
+    b.after_prep = a.after_prep && g.overlap; /* here: after the fold job */
+    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (b.d.kda)
         bf16_act ? launch_identity_tokens<true, bf16>(b, cs)
                  : launch_identity_tokens<true, float>(b, cs);
