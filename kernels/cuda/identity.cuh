@@ -59,6 +59,7 @@ __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t
     return sizeof(float) * ((size_t)2 * rows * SSM_IDENTITY_STRIDE /* S0 chunks */
                             + keys * T * K                        /* token vectors */
                             + 2 * T                               /* G_p (GDN), beta_p */
+                            + T * rows                            /* v_p of the rows */
                             + (size_t)2 * records * T);           /* w^k, w^q */
 }
 
@@ -122,6 +123,11 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
                                                 const float *qp, int32_t h, int32_t sub,
                                                 float &wk, float &wq)
 {
+    float si, ei, sp, ep; /* GDN: the one gate of each, asked for before the channels */
+    if (!KDA) {
+        gate_of(record, lay, d, h, 0, si, ei);
+        gate_of(token, lay, d, h, 0, sp, ep);
+    }
     float ak = 0.0f, aq = 0.0f;
     for (int32_t c = sub * 4; c < d.K; c += 4 * SSM_ROW_LANES) {
         float k4[4], kp4[4], qp4[4];
@@ -144,9 +150,6 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
     wk = group_sum(ak);
     wq = group_sum(aq);
     if (!KDA) {
-        float si, ei, sp, ep;
-        gate_of(record, lay, d, h, 0, si, ei);
-        gate_of(token, lay, d, h, 0, sp, ep);
         float decay = ssm_expf((sp - si) + (ep - ei));
         wk *= decay;
         wq *= decay;
@@ -157,7 +160,7 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
  * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
  * T = a.tokens <= MAXT. */
 template <int MAXT, bool KDA, class Act>
-__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_args a)
+__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
@@ -186,33 +189,69 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
     const identity_ring g = identity_ring_of(a, slot);
     const record_layout &lay = a.ring_layout;
     const int32_t kept = g.kept, M = kept + T, key_head = h / d.group;
+    const int32_t rows_max = identity_block_rows(d.V);
     float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
     float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
-    float *gp = qd + T * d.K, *bt = gp + T, *wk = bt + T, *wq = wk + M * T;
+    float *gp = qd + T * d.K, *bt = gp + T, *vp = bt + T, *wk = vp + T * rows_max,
+          *wq = wk + M * T;
 
-    /* The new tokens' normalized k and q (KDA: also times e^{G_p}), G_p and beta_p. */
-    for (int32_t i = threadIdx.x; i < T * d.K; i += blockDim.x) {
-        int32_t p = i / d.K, c = i % d.K;
-        const uint8_t *record = identity_record(a, g, kept + p);
-        float k = ((const float *)(record + lay.k))[(int64_t)key_head * d.K + c];
-        float q = a.q[((int64_t)slot * a.max_tokens + p) * d.H * d.K + (int64_t)key_head * d.K + c];
-        kp[i] = k;
-        qp[i] = q;
-        if (KDA) {
-            float sum, error;
-            gate_of(record, lay, d, h, c, sum, error);
-            float decay = ssm_expf(sum + error);
-            kd[i] = decay * k;
-            qd[i] = decay * q;
+    /* The new tokens' G_p, beta_p, v_p of the block's rows, and normalized k
+     * and q (KDA: also times e^{G_p}). Loads go in batches with no branch
+     * between them (a lane past the end loads a real element and drops it),
+     * all before the batch's first store, so their latencies overlap
+     * (T <= MAXT <= SSM_IDENTITY_THREADS). */
+    float gate_sum = 0.0f, gate_error = 0.0f, beta = 0.0f, values[MAXT];
+    {
+        const int32_t mine = (int32_t)threadIdx.x < T ? (int32_t)threadIdx.x : 0;
+        const uint8_t *record = identity_record(a, g, kept + mine);
+        gate_of(record, lay, d, h, 0, gate_sum, gate_error);
+        beta = ((const float *)(record + lay.beta))[h];
+        const int32_t row = (int32_t)threadIdx.x < rows ? v : row0;
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            const uint8_t *token = identity_record(a, g, kept + (p < T ? p : 0));
+            values[p] = load((const Act *)(token + lay.v) + (int64_t)h * d.V + row);
         }
     }
-    for (int32_t p = threadIdx.x; p < T; p += blockDim.x) {
-        const uint8_t *record = identity_record(a, g, kept + p);
-        float sum, error;
-        gate_of(record, lay, d, h, 0, sum, error);
-        gp[p] = sum + error;
-        bt[p] = ((const float *)(record + lay.beta))[h];
+    constexpr int BATCH = 4;
+    for (int32_t base = 0; base < T * d.K; base += BATCH * SSM_IDENTITY_THREADS) {
+        float k[BATCH], q[BATCH], sum[KDA ? BATCH : 1], error[KDA ? BATCH : 1];
+#pragma unroll
+        for (int j = 0; j < BATCH; j++) {
+            int32_t i = base + j * SSM_IDENTITY_THREADS + (int32_t)threadIdx.x;
+            i = i < T * d.K ? i : 0;
+            int32_t p = i / d.K, c = i % d.K;
+            const uint8_t *record = identity_record(a, g, kept + p);
+            k[j] = ((const float *)(record + lay.k))[(int64_t)key_head * d.K + c];
+            q[j] = a.q[((int64_t)slot * a.max_tokens + p) * d.H * d.K + (int64_t)key_head * d.K + c];
+            if (KDA)
+                gate_of(record, lay, d, h, c, sum[KDA ? j : 0], error[KDA ? j : 0]);
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; j++) {
+            int32_t i = base + j * SSM_IDENTITY_THREADS + (int32_t)threadIdx.x;
+            if (i >= T * d.K)
+                break;
+            kp[i] = k[j];
+            qp[i] = q[j];
+            if (KDA) {
+                float decay = ssm_expf(sum[KDA ? j : 0] + error[KDA ? j : 0]);
+                kd[i] = decay * k[j];
+                qd[i] = decay * q[j];
+            }
+        }
     }
+    if ((int32_t)threadIdx.x < T) {
+        gp[threadIdx.x] = gate_sum + gate_error;
+        bt[threadIdx.x] = beta;
+    }
+    if ((int32_t)threadIdx.x < rows)
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            if (p >= T)
+                break;
+            vp[p * rows_max + threadIdx.x] = values[p];
+        }
     __syncthreads();
 
     /* w^k_{ip}, w^q_{ip} for every record i the tokens see (i <= kept + p):
@@ -282,14 +321,25 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
         sk[p] *= decay0;
         sq[p] *= decay0;
     }
-    for (int32_t m = 0; m < kept; m++) {
-        float u = ((const float *)(identity_record(a, g, m) + lay.u))[(int64_t)h * d.V + v];
+    for (int32_t m0 = 0; m0 < kept; m0 += BATCH) {
+        float u[BATCH]; /* a batch of records' u, asked for together */
 #pragma unroll
-        for (int p = 0; p < MAXT; p++) {
-            if (p >= T)
+        for (int j = 0; j < BATCH; j++) {
+            int32_t m = m0 + j < kept ? m0 + j : m0;
+            u[j] = ((const float *)(identity_record(a, g, m) + lay.u))[(int64_t)h * d.V + v];
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; j++) {
+            int32_t m = m0 + j;
+            if (m >= kept)
                 break;
-            sk[p] = fmaf(wk[m * T + p], u, sk[p]);
-            sq[p] = fmaf(wq[m * T + p], u, sq[p]);
+#pragma unroll
+            for (int p = 0; p < MAXT; p++) {
+                if (p >= T)
+                    break;
+                sk[p] = fmaf(wk[m * T + p], u[j], sk[p]);
+                sq[p] = fmaf(wq[m * T + p], u[j], sq[p]);
+            }
         }
     }
 #pragma unroll
@@ -302,8 +352,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 4) identity_kernel(tile_
             sq[p] = fmaf(wq[(kept + m) * T + p], un[m], sq[p]);
         }
         uint8_t *record = (uint8_t *)identity_record(a, g, kept + p);
-        float value = load((const Act *)(record + lay.v) + (int64_t)h * d.V + v);
-        float u = bt[p] * (value - sk[p]);
+        float u = bt[p] * (vp[p * rows_max + threadIdx.x] - sk[p]);
         un[p] = u;
         ((float *)(record + lay.u))[(int64_t)h * d.V + v] = u;
         float o = fmaf(wq[(kept + p) * T + p], u, sq[p]);
