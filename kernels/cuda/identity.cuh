@@ -59,10 +59,11 @@ __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t
                                                         const dims &d)
 {
     size_t K = (size_t)d.K, T = (size_t)tokens, rows = (size_t)identity_block_rows(d.V);
-    size_t keys = d.kda ? 4 : 2; /* k_p, q_p, and for KDA both times e^{G_p} */
+    size_t keys = d.kda ? 4 : 2;           /* k_p, q_p, and for KDA both times e^{G_p} */
+    size_t gates = d.kda ? 2 * T * K : 2 * T; /* G_p as sum and error */
     return sizeof(float) * ((size_t)2 * rows * SSM_IDENTITY_STRIDE /* S0 chunks */
                             + keys * T * K                        /* token vectors */
-                            + 2 * T                               /* G_p (GDN), beta_p */
+                            + gates + T                           /* G_p, beta_p */
                             + T * rows                            /* v_p of the rows */
                             + (size_t)2 * records * T);           /* w^k, w^q */
 }
@@ -115,48 +116,150 @@ __device__ __forceinline__ void identity_stage(float *buffer, const float *first
     }
 }
 
-/* w^k_{ip} and w^q_{ip} of one (record i, token p) pair, shared by the
- * SSM_ROW_LANES lanes of a group: lane `sub` sums channels sub * 4 .. + 3,
- * then 32 on (tile.cuh's lane_channel), and group_sum adds the lanes' sums,
- * so the order is fixed. ki from the record, kp and qp the token's k and q.
- * Every lane of the warp must call it (it shuffles). */
+/* Key channels a lane holds in the weights: 4 at a time, 32 apart (K <= 128). */
+#define SSM_IDENTITY_LANE_CHUNKS 4
+
+/* w^k_{ip} and w^q_{ip} of record i (`record`) with every token p that sees
+ * it (p >= seen), into wk[i * T + p] and wq[i * T + p] when `keep`. The
+ * SSM_ROW_LANES lanes of a group share the record: lane `sub` asks for its
+ * channels of k_i (sub * 4 .. + 3, then 32 on: tile.cuh's lane_channel) and
+ * the record's gate (GDN) all at once (KDA's gates of 4 channels at a time:
+ * more would not fit the registers), sums each token's products over them in
+ * channel order, and group_sum adds the lanes' sums, so every weight has one
+ * fixed order. kp, qp: the tokens' k and q; gs, ge: their G as sum and error
+ * (T of each for GDN, T * K for KDA). Every lane of the warp must call it
+ * (it shuffles). */
 template <bool KDA>
-__device__ __forceinline__ void identity_weight(const dims &d, const record_layout &lay,
-                                                const uint8_t *record, const uint8_t *token,
-                                                const float *ki, const float *kp,
-                                                const float *qp, int32_t h, int32_t sub,
-                                                float &wk, float &wq)
+__device__ __forceinline__ void identity_weights(const dims &d, const record_layout &lay,
+                                                 const uint8_t *record, int32_t h,
+                                                 int32_t key_head, int32_t sub, int32_t T,
+                                                 const float *kp, const float *qp,
+                                                 const float *gs, const float *ge, int32_t i,
+                                                 int32_t seen, bool keep, float *wk, float *wq)
 {
-    float si, ei, sp, ep; /* GDN: the one gate of each, asked for before the channels */
-    if (!KDA) {
-        gate_of(record, lay, d, h, 0, si, ei);
-        gate_of(token, lay, d, h, 0, sp, ep);
-    }
-    float ak = 0.0f, aq = 0.0f;
-    for (int32_t c = sub * 4; c < d.K; c += 4 * SSM_ROW_LANES) {
-        float k4[4], kp4[4], qp4[4];
-        load4(ki + c, k4);
-        load4(kp + c, kp4);
-        load4(qp + c, qp4);
+    constexpr int C = SSM_IDENTITY_LANE_CHUNKS;
+    const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
+    const float *si = (const float *)(record + lay.gate_sum) + (int64_t)h * d.K;
+    const float *ei = (const float *)(record + lay.gate_error) + (int64_t)h * d.K;
+    float k[C][4], s0 = 0.0f, e0 = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float w = k4[j];
+    for (int j = 0; j < C; j++) {
+        int32_t c = 32 * j < d.K ? sub * 4 + 32 * j : sub * 4; /* past K: any real channel */
+        load4(ki + c, k[j]);
+    }
+    if (!KDA)
+        gate_of(record, lay, d, h, 0, s0, e0);
+    for (int32_t p0 = 0; p0 < T; p0 += 4) {
+        float ak[4] = {0.0f, 0.0f, 0.0f, 0.0f}, aq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < C; j++) {
+            if (32 * j >= d.K)
+                break;
+            int32_t c = sub * 4 + 32 * j;
+            float s[4], e[4]; /* KDA: the record's gates of these channels */
             if (KDA) {
-                float si, ei, sp, ep;
-                gate_of(record, lay, d, h, c + j, si, ei);
-                gate_of(token, lay, d, h, c + j, sp, ep);
-                w *= ssm_expf((sp - si) + (ep - ei));
+                load4(si + c, s);
+                load4(ei + c, e);
             }
-            ak = fmaf(w, kp4[j], ak);
-            aq = fmaf(w, qp4[j], aq);
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                int32_t p = p0 + t;
+                if (p >= T)
+                    break;
+                float kp4[4], qp4[4];
+                load4(kp + p * d.K + c, kp4);
+                load4(qp + p * d.K + c, qp4);
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    float w = k[j][x];
+                    if (KDA)
+                        w *= ssm_expf((gs[p * d.K + c + x] - s[x]) + (ge[p * d.K + c + x] - e[x]));
+                    ak[t] = fmaf(w, kp4[x], ak[t]);
+                    aq[t] = fmaf(w, qp4[x], aq[t]);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            int32_t p = p0 + t;
+            if (p >= T)
+                break;
+            float wkp = group_sum(ak[t]), wqp = group_sum(aq[t]);
+            if (!KDA) {
+                float decay = ssm_expf((gs[p] - s0) + (ge[p] - e0));
+                wkp *= decay;
+                wqp *= decay;
+            }
+            if (keep && sub == 0 && p >= seen) {
+                wk[i * T + p] = wkp;
+                wq[i * T + p] = wqp;
+            }
         }
     }
-    wk = group_sum(ak);
-    wq = group_sum(aq);
-    if (!KDA) {
-        float decay = ssm_expf((sp - si) + (ep - ei));
-        wk *= decay;
-        wq *= decay;
+}
+
+/* The weights of every record the tokens see (M of them), one record per
+ * SSM_ROW_LANES lanes; the loop bound is the same for the whole block, so
+ * every lane shuffles. */
+template <bool KDA>
+__device__ __forceinline__ void identity_all_weights(const tile_args &a, const identity_ring &g,
+                                                     int32_t h, int32_t key_head, int32_t T,
+                                                     const float *kp, const float *qp,
+                                                     const float *gs, const float *ge,
+                                                     float *wk, float *wq)
+{
+    const int32_t M = g.kept + T, groups = blockDim.x / SSM_ROW_LANES;
+    const int32_t group = threadIdx.x / SSM_ROW_LANES, sub = threadIdx.x % SSM_ROW_LANES;
+    for (int32_t base = 0; base < M; base += groups) {
+        int32_t i = base + group;
+        bool keep = i < M;
+        identity_weights<KDA>(a.d, a.ring_layout, identity_record(a, g, keep ? i : 0), h,
+                              key_head, sub, T, kp, qp, gs, ge, i, i - g.kept, keep, wk, wq);
+    }
+}
+
+/* This row's products with the S0 chunk q staged at `row`: sk[p] += S0 kd_p,
+ * sq[p] += S0 qd_p over the chunk's channels, in channel order. */
+template <int MAXT>
+__device__ __forceinline__ void identity_chunk(const float *row, const float *kd, const float *qd,
+                                               const dims &d, int32_t T, int32_t q,
+                                               float (&sk)[MAXT], float (&sq)[MAXT])
+{
+    for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
+        float s4[4];
+        load4(row + c, s4);
+        int32_t channel = q * SSM_IDENTITY_CHUNK + c;
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            if (p >= T)
+                break;
+            float k4[4], q4[4];
+            load4(kd + p * d.K + channel, k4);
+            load4(qd + p * d.K + channel, q4);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                sk[p] = fmaf(s4[j], k4[j], sk[p]);
+                sq[p] = fmaf(s4[j], q4[j], sq[p]);
+            }
+        }
+    }
+}
+
+/* Records of the history whose u a thread asks for before the last S0
+ * chunks, so that the last phase does not wait for them (the default
+ * history of 16 keeps at most 8 before a round of 4). */
+#define SSM_IDENTITY_EARLY 8
+
+/* u of the first SSM_IDENTITY_EARLY records of value row `row` (those past
+ * the history: any real element, dropped later), asked for together. */
+__device__ __forceinline__ void identity_early_u(const tile_args &a, const identity_ring &g,
+                                                 int32_t h, int32_t row,
+                                                 float (&early)[SSM_IDENTITY_EARLY])
+{
+#pragma unroll
+    for (int m = 0; m < SSM_IDENTITY_EARLY; m++) {
+        const uint8_t *record = identity_record(a, g, m < g.kept ? m : 0);
+        early[m] = ((const float *)(record + a.ring_layout.u))[(int64_t)h * a.d.V + row];
     }
 }
 
@@ -164,7 +267,7 @@ __device__ __forceinline__ void identity_weight(const dims &d, const record_layo
  * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
  * T = a.tokens <= MAXT. */
 template <int MAXT, bool KDA, class Act>
-__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_args a)
+__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
@@ -192,25 +295,25 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_
 
     const identity_ring g = identity_ring_of(a, slot);
     const record_layout &lay = a.ring_layout;
-    const int32_t kept = g.kept, M = kept + T, key_head = h / d.group;
-    const int32_t rows_max = identity_block_rows(d.V);
+    const int32_t kept = g.kept, key_head = h / d.group;
+    const int32_t rows_max = identity_block_rows(d.V), gate_len = KDA ? T * d.K : T;
     float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
     float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
-    float *gp = qd + T * d.K, *bt = gp + T, *vp = bt + T, *wk = vp + T * rows_max,
-          *wq = wk + M * T;
+    float *gs = qd + T * d.K, *ge = gs + gate_len, *bt = ge + gate_len;
+    float *vp = bt + T, *wk = vp + T * rows_max, *wq = wk + (kept + T) * T;
+    const int32_t row = (int32_t)threadIdx.x < rows ? v : row0; /* a real row to load */
 
-    /* The new tokens' G_p, beta_p, v_p of the block's rows, and normalized k
-     * and q (KDA: also times e^{G_p}). Loads go in batches with no branch
-     * between them (a lane past the end loads a real element and drops it),
-     * all before the batch's first store, so their latencies overlap
-     * (T <= MAXT <= SSM_IDENTITY_THREADS). */
+    /* The new tokens' G_p, beta_p, v_p of
+     * the block's rows, and normalized k and q (KDA: also times e^{G_p}).
+     * Loads go in batches with no branch between them (a lane past the end
+     * loads a real element and drops it), all before the batch's first
+     * store, so their latencies overlap (T <= MAXT <= SSM_IDENTITY_THREADS). */
     float gate_sum = 0.0f, gate_error = 0.0f, beta = 0.0f, values[MAXT];
     {
         const int32_t mine = (int32_t)threadIdx.x < T ? (int32_t)threadIdx.x : 0;
         const uint8_t *record = identity_record(a, g, kept + mine);
         gate_of(record, lay, d, h, 0, gate_sum, gate_error);
         beta = ((const float *)(record + lay.beta))[h];
-        const int32_t row = (int32_t)threadIdx.x < rows ? v : row0;
 #pragma unroll
         for (int p = 0; p < MAXT; p++) {
             const uint8_t *token = identity_record(a, g, kept + (p < T ? p : 0));
@@ -239,6 +342,8 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_
             kp[i] = k[j];
             qp[i] = q[j];
             if (KDA) {
+                gs[i] = sum[KDA ? j : 0];
+                ge[i] = error[KDA ? j : 0];
                 float decay = ssm_expf(sum[KDA ? j : 0] + error[KDA ? j : 0]);
                 kd[i] = decay * k[j];
                 qd[i] = decay * q[j];
@@ -246,7 +351,10 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_
         }
     }
     if ((int32_t)threadIdx.x < T) {
-        gp[threadIdx.x] = gate_sum + gate_error;
+        if (!KDA) {
+            gs[threadIdx.x] = gate_sum;
+            ge[threadIdx.x] = gate_error;
+        }
         bt[threadIdx.x] = beta;
     }
     if ((int32_t)threadIdx.x < rows)
@@ -258,60 +366,33 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_
         }
     __syncthreads();
 
-    /* w^k_{ip}, w^q_{ip} for every record i the tokens see (i <= kept + p):
-     * one pair per SSM_ROW_LANES lanes. The loop bound is the same for the
-     * whole block, so every lane shuffles. */
-    const int32_t groups = blockDim.x / SSM_ROW_LANES, group = threadIdx.x / SSM_ROW_LANES;
-    const int32_t sub = threadIdx.x % SSM_ROW_LANES;
-    for (int32_t base = 0; base < M * T; base += groups) {
-        int32_t pair = base + group;
-        int32_t i = pair / T, p = pair % T;
-        bool valid = pair < M * T && i <= kept + p;
-        if (!valid)
-            i = 0, p = 0; /* any real pair: the lanes compute and drop it */
-        const uint8_t *record = identity_record(a, g, i);
-        const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
-        float dk, dq;
-        identity_weight<KDA>(d, lay, record, identity_record(a, g, kept + p), ki, kp + p * d.K,
-                             qp + p * d.K, h, sub, dk, dq);
-        if (valid && sub == 0) {
-            wk[pair] = dk;
-            wq[pair] = dq;
-        }
-    }
-
-    /* This row's products with every token, chunk by chunk. */
-    float sk[MAXT], sq[MAXT];
+    /* This row's products with every token, chunk by chunk; the weights
+     * w^k_{ip}, w^q_{ip} of every record i the tokens see (i <= kept + p)
+     * are formed while chunks 2 and 3 are on their way (or after the last
+     * chunk when K has fewer than three), and read after the next barrier. */
+    float sk[MAXT], sq[MAXT], early[SSM_IDENTITY_EARLY];
 #pragma unroll
     for (int p = 0; p < MAXT; p++)
         sk[p] = sq[p] = 0.0f;
     for (int32_t q = 0; q < chunks; q++) {
+        if (q == 2) {
+            identity_all_weights<KDA>(a, g, h, key_head, T, kp, qp, gs, ge, wk, wq);
+            identity_early_u(a, g, h, row, early);
+        }
         copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
-        __syncthreads();      /* and everyone's (and, at q = 0, the weights) */
-        const float *row = staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE;
+        __syncthreads();      /* and everyone's (and, at q = 2, the weights) */
         if ((int32_t)threadIdx.x < rows)
-            for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
-                float s4[4];
-                load4(row + c, s4);
-                int32_t channel = q * SSM_IDENTITY_CHUNK + c;
-#pragma unroll
-                for (int p = 0; p < MAXT; p++) {
-                    if (p >= T)
-                        break;
-                    float k4[4], q4[4];
-                    load4(kd + p * d.K + channel, k4);
-                    load4(qd + p * d.K + channel, q4);
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        sk[p] = fmaf(s4[j], k4[j], sk[p]);
-                        sq[p] = fmaf(s4[j], q4[j], sq[p]);
-                    }
-                }
-            }
+            identity_chunk<MAXT>(staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE,
+                                 kd, qd, d, T, q, sk, sq);
         __syncthreads(); /* buffer q & 1 is read: it may take chunk q + 2 */
         if (q + 2 < chunks)
             identity_stage(staged + (q & 1) * buffer, first_row, rows, d, q + 2);
         copy_async_commit();
+    }
+    if (chunks <= 2) {
+        identity_all_weights<KDA>(a, g, h, key_head, T, kp, qp, gs, ge, wk, wq);
+        identity_early_u(a, g, h, row, early);
+        __syncthreads();
     }
     if ((int32_t)threadIdx.x >= rows)
         return;
@@ -321,11 +402,23 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, 5) identity_kernel(tile_
     float un[MAXT];
 #pragma unroll
     for (int p = 0; p < MAXT; p++) {
-        float decay0 = KDA || p >= T ? 1.0f : ssm_expf(gp[p]);
+        float decay0 = KDA || p >= T ? 1.0f : ssm_expf(gs[p] + ge[p]);
         sk[p] *= decay0;
         sq[p] *= decay0;
     }
-    for (int32_t m0 = 0; m0 < kept; m0 += BATCH) {
+#pragma unroll
+    for (int m = 0; m < SSM_IDENTITY_EARLY; m++) {
+        if (m >= kept)
+            break;
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            if (p >= T)
+                break;
+            sk[p] = fmaf(wk[m * T + p], early[m], sk[p]);
+            sq[p] = fmaf(wq[m * T + p], early[m], sq[p]);
+        }
+    }
+    for (int32_t m0 = SSM_IDENTITY_EARLY; m0 < kept; m0 += BATCH) {
         float u[BATCH]; /* a batch of records' u, asked for together */
 #pragma unroll
         for (int j = 0; j < BATCH; j++) {
