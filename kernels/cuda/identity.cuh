@@ -108,12 +108,12 @@ __device__ __forceinline__ const uint8_t *identity_record(const tile_args &a,
 __device__ __forceinline__ void identity_stage(float *buffer, const float *first, int32_t rows,
                                                const dims &d, int32_t q)
 {
-    constexpr int32_t pieces = SSM_IDENTITY_CHUNK / 4;
-    for (int32_t i = threadIdx.x; i < rows * pieces; i += blockDim.x) {
-        int32_t row = i / pieces, c = (i % pieces) * 4;
-        copy_chunk_async(buffer + row * SSM_IDENTITY_STRIDE + c,
-                         first + (int64_t)row * d.K + q * SSM_IDENTITY_CHUNK + c, true);
-    }
+    constexpr int32_t pieces = SSM_IDENTITY_CHUNK / 4, step = SSM_IDENTITY_THREADS / pieces;
+    const int32_t c = (threadIdx.x % pieces) * 4; /* a thread's piece of every row it copies */
+    float *to = buffer + c;
+    const float *from = first + q * SSM_IDENTITY_CHUNK + c;
+    for (int32_t row = threadIdx.x / pieces; row < rows; row += step)
+        copy_chunk_async(to + row * SSM_IDENTITY_STRIDE, from + (int64_t)row * d.K, true);
 }
 
 /* Key channels a lane holds in the weights: 4 at a time, 32 apart (K <= 128). */
@@ -149,51 +149,39 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
     }
     if (!KDA)
         gate_of(record, lay, d, h, 0, s0, e0);
-    for (int32_t p0 = 0; p0 < T; p0 += 4) {
-        float ak[4] = {0.0f, 0.0f, 0.0f, 0.0f}, aq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1 /* one token at a time: the k of the record stays in registers, nothing else */
+    for (int32_t p = 0; p < T; p++) {
+        float ak = 0.0f, aq = 0.0f;
 #pragma unroll
         for (int j = 0; j < C; j++) {
             if (32 * j >= d.K)
                 break;
             int32_t c = sub * 4 + 32 * j;
-            float s[4], e[4]; /* KDA: the record's gates of these channels */
+            float s[4], e[4], kp4[4], qp4[4]; /* s, e: KDA's gates of the record's channels */
             if (KDA) {
                 load4(si + c, s);
                 load4(ei + c, e);
             }
+            load4(kp + p * d.K + c, kp4);
+            load4(qp + p * d.K + c, qp4);
 #pragma unroll
-            for (int t = 0; t < 4; t++) {
-                int32_t p = p0 + t;
-                if (p >= T)
-                    break;
-                float kp4[4], qp4[4];
-                load4(kp + p * d.K + c, kp4);
-                load4(qp + p * d.K + c, qp4);
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    float w = k[j][x];
-                    if (KDA)
-                        w *= ssm_expf((gs[p * d.K + c + x] - s[x]) + (ge[p * d.K + c + x] - e[x]));
-                    ak[t] = fmaf(w, kp4[x], ak[t]);
-                    aq[t] = fmaf(w, qp4[x], aq[t]);
-                }
+            for (int x = 0; x < 4; x++) {
+                float w = k[j][x];
+                if (KDA)
+                    w *= ssm_expf((gs[p * d.K + c + x] - s[x]) + (ge[p * d.K + c + x] - e[x]));
+                ak = fmaf(w, kp4[x], ak);
+                aq = fmaf(w, qp4[x], aq);
             }
         }
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            int32_t p = p0 + t;
-            if (p >= T)
-                break;
-            float wkp = group_sum(ak[t]), wqp = group_sum(aq[t]);
-            if (!KDA) {
-                float decay = ssm_expf((gs[p] - s0) + (ge[p] - e0));
-                wkp *= decay;
-                wqp *= decay;
-            }
-            if (keep && sub == 0 && p >= seen) {
-                wk[i * T + p] = wkp;
-                wq[i * T + p] = wqp;
-            }
+        float wkp = group_sum(ak), wqp = group_sum(aq);
+        if (!KDA) {
+            float decay = ssm_expf((gs[p] - s0) + (ge[p] - e0));
+            wkp *= decay;
+            wqp *= decay;
+        }
+        if (keep && sub == 0 && p >= seen) {
+            wk[i * T + p] = wkp;
+            wq[i * T + p] = wqp;
         }
     }
 }
@@ -225,6 +213,7 @@ __device__ __forceinline__ void identity_chunk(const float *row, const float *kd
                                                const dims &d, int32_t T, int32_t q,
                                                float (&sk)[MAXT], float (&sq)[MAXT])
 {
+#pragma unroll 2 /* more keeps too many loaded vectors in registers */
     for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
         float s4[4];
         load4(row + c, s4);
@@ -265,14 +254,16 @@ __device__ __forceinline__ void identity_early_u(const tile_args &a, const ident
 
 /* grid (rows * identity_row_blocks(V), HV), SSM_IDENTITY_THREADS threads,
  * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
- * T = a.tokens <= MAXT. */
-template <int MAXT, bool KDA, class Act>
+ * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
+ * then have a bound the compiler knows). */
+template <int MAXT, bool KDA, class Act, bool EXACT>
 __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
     const dims &d = a.d;
-    const int32_t T = a.tokens, h = blockIdx.y, row_blocks = identity_row_blocks(d.V);
+    const int32_t T = EXACT ? MAXT : a.tokens, h = blockIdx.y;
+    const int32_t row_blocks = identity_row_blocks(d.V);
     const int32_t r = blockIdx.x / row_blocks;
     const int32_t row0 = (blockIdx.x % row_blocks) * SSM_IDENTITY_THREADS;
     const int32_t rows = d.V - row0 < SSM_IDENTITY_THREADS ? d.V - row0 : SSM_IDENTITY_THREADS;

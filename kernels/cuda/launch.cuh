@@ -289,13 +289,12 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     if (a.rows > 65535)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
-    int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
     prep_args grouped = a;
     grouped.group_tokens = prep_group_tokens(a);
     int32_t groups = grouped.group_tokens > 0 && a.tokens > grouped.group_tokens
                          ? (a.tokens + grouped.group_tokens - 1) / grouped.group_tokens
                          : 1;
-    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, groups);
+    dim3 grid(prep_blocks(a.d), a.rows, groups);
     cudaStream_t st = (cudaStream_t)stream;
     by_width_and_act(g, [&](auto width, auto act) {
         prep_kernel<decltype(width)::value, decltype(act)>
@@ -635,26 +634,30 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
-template <int MAXT, bool KDA, class Act>
+template <int MAXT, bool KDA, class Act, bool EXACT>
 inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
 {
     dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V), a.d.HV);
     dim3 block(SSM_IDENTITY_THREADS);
     size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d);
-    cudaFuncSetAttribute(identity_kernel<MAXT, KDA, Act>,
+    cudaFuncSetAttribute(identity_kernel<MAXT, KDA, Act, EXACT>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    launch_kernel(identity_kernel<MAXT, KDA, Act>, grid, block, shared, st, a.after_prep, a);
+    launch_kernel(identity_kernel<MAXT, KDA, Act, EXACT>, grid, block, shared, st, a.after_prep,
+                  a);
 }
 
 /* The kernel's registers hold 2 MAXT products a row: 4 for MTP rounds of
- * up to 4 tokens, else 16 (SSM_MAX_DRAFT_TOKENS + 1). */
+ * up to 4 tokens (a kernel of its own for exactly 4, the T = 4 round every
+ * MTP engine runs), else 16 (SSM_MAX_DRAFT_TOKENS + 1). */
 template <bool KDA, class Act>
 inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
 {
-    if (a.tokens <= 4)
-        launch_identity_typed<4, KDA, Act>(a, st);
+    if (a.tokens == 4)
+        launch_identity_typed<4, KDA, Act, true>(a, st);
+    else if (a.tokens < 4)
+        launch_identity_typed<4, KDA, Act, false>(a, st);
     else
-        launch_identity_typed<16, KDA, Act>(a, st);
+        launch_identity_typed<16, KDA, Act, false>(a, st);
 }
 
 /* Replay's output-only step through the identity (fp32 state): the rows
