@@ -123,8 +123,7 @@ __device__ __forceinline__ void identity_stage(float *buffer, const float *first
  * it (p >= seen), into wk[i * T + p] and wq[i * T + p] when `keep`. The
  * SSM_ROW_LANES lanes of a group share the record: lane `sub` asks for its
  * channels of k_i (sub * 4 .. + 3, then 32 on: tile.cuh's lane_channel) and
- * the record's gate (GDN) all at once (KDA's gates of 4 channels at a time:
- * more would not fit the registers), sums each token's products over them in
+ * the record's gates all at once, sums each token's products over them in
  * channel order, and group_sum adds the lanes' sums, so every weight has one
  * fixed order. kp, qp: the tokens' k and q; gs, ge: their G as sum and error
  * (T of each for GDN, T * K for KDA). Every lane of the warp must call it
@@ -141,11 +140,16 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
     const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
     const float *si = (const float *)(record + lay.gate_sum) + (int64_t)h * d.K;
     const float *ei = (const float *)(record + lay.gate_error) + (int64_t)h * d.K;
-    float k[C][4], s0 = 0.0f, e0 = 0.0f;
+    constexpr int G = KDA ? C : 1;
+    float k[C][4], s[G][4], e[G][4], s0 = 0.0f, e0 = 0.0f; /* s, e: KDA's gates of k's channels */
 #pragma unroll
     for (int j = 0; j < C; j++) {
         int32_t c = 32 * j < d.K ? sub * 4 + 32 * j : sub * 4; /* past K: any real channel */
         load4(ki + c, k[j]);
+        if (KDA) {
+            load4(si + c, s[KDA ? j : 0]);
+            load4(ei + c, e[KDA ? j : 0]);
+        }
     }
     if (!KDA)
         gate_of(record, lay, d, h, 0, s0, e0);
@@ -157,18 +161,15 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
             if (32 * j >= d.K)
                 break;
             int32_t c = sub * 4 + 32 * j;
-            float s[4], e[4], kp4[4], qp4[4]; /* s, e: KDA's gates of the record's channels */
-            if (KDA) {
-                load4(si + c, s);
-                load4(ei + c, e);
-            }
+            float kp4[4], qp4[4];
             load4(kp + p * d.K + c, kp4);
             load4(qp + p * d.K + c, qp4);
 #pragma unroll
             for (int x = 0; x < 4; x++) {
                 float w = k[j][x];
                 if (KDA)
-                    w *= ssm_expf((gs[p * d.K + c + x] - s[x]) + (ge[p * d.K + c + x] - e[x]));
+                    w *= ssm_expf((gs[p * d.K + c + x] - s[KDA ? j : 0][x]) +
+                                  (ge[p * d.K + c + x] - e[KDA ? j : 0][x]));
                 ak = fmaf(w, kp4[x], ak);
                 aq = fmaf(w, qp4[x], aq);
             }
@@ -207,29 +208,43 @@ __device__ __forceinline__ void identity_all_weights(const tile_args &a, const i
 }
 
 /* This row's products with the S0 chunk q staged at `row`: sk[p] += S0 kd_p,
- * sq[p] += S0 qd_p over the chunk's channels, in channel order. */
+ * sq[p] += S0 qd_p over the chunk's channels, in channel order. For MTP
+ * rounds (MAXT = 4) each step asks for four channels of the row and of
+ * every vector first, then moves all 2T sums one channel at a time, so that
+ * 2T independent chains interleave; longer rounds would not fit those
+ * vectors in registers and take one token's two sums at a time. */
 template <int MAXT>
 __device__ __forceinline__ void identity_chunk(const float *row, const float *kd, const float *qd,
                                                const dims &d, int32_t T, int32_t q,
                                                float (&sk)[MAXT], float (&sq)[MAXT])
 {
-#pragma unroll 2 /* more keeps too many loaded vectors in registers */
+    constexpr int AT_ONCE = MAXT <= 4 ? MAXT : 1; /* tokens whose vectors a step holds */
+#pragma unroll 1
     for (int32_t c = 0; c < SSM_IDENTITY_CHUNK; c += 4) {
+        const int32_t channel = q * SSM_IDENTITY_CHUNK + c;
         float s4[4];
         load4(row + c, s4);
-        int32_t channel = q * SSM_IDENTITY_CHUNK + c;
 #pragma unroll
-        for (int p = 0; p < MAXT; p++) {
-            if (p >= T)
+        for (int p0 = 0; p0 < MAXT; p0 += AT_ONCE) {
+            if (p0 >= T)
                 break;
-            float k4[4], q4[4];
-            load4(kd + p * d.K + channel, k4);
-            load4(qd + p * d.K + channel, q4);
+            float k4[AT_ONCE][4], q4[AT_ONCE][4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                sk[p] = fmaf(s4[j], k4[j], sk[p]);
-                sq[p] = fmaf(s4[j], q4[j], sq[p]);
+            for (int t = 0; t < AT_ONCE; t++) {
+                if (p0 + t >= T)
+                    break;
+                load4(kd + (p0 + t) * d.K + channel, k4[t]);
+                load4(qd + (p0 + t) * d.K + channel, q4[t]);
             }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int t = 0; t < AT_ONCE; t++) {
+                    if (p0 + t >= T)
+                        break;
+                    sk[p0 + t] = fmaf(s4[j], k4[t][j], sk[p0 + t]);
+                    sq[p0 + t] = fmaf(s4[j], q4[t][j], sq[p0 + t]);
+                }
         }
     }
 }
