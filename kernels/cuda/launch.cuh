@@ -289,12 +289,13 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     if (a.rows > 65535)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
+    int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
     prep_args grouped = a;
     grouped.group_tokens = prep_group_tokens(a);
     int32_t groups = grouped.group_tokens > 0 && a.tokens > grouped.group_tokens
                          ? (a.tokens + grouped.group_tokens - 1) / grouped.group_tokens
                          : 1;
-    dim3 grid(prep_blocks(a.d), a.rows, groups);
+    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, groups);
     cudaStream_t st = (cudaStream_t)stream;
     by_width_and_act(g, [&](auto width, auto act) {
         prep_kernel<decltype(width)::value, decltype(act)>

@@ -28,7 +28,6 @@
 namespace ssm {
 
 #define SSM_PREP_THREADS 256
-#define SSM_PREP_AHEAD 4 /* tokens whose inputs a thread asks for at once */
 #define SSM_MAX_WIDTH 16 /* the config's largest conv width (core/config_limits.h) */
 
 struct prep_args {
@@ -192,71 +191,54 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
     const bool normalized = c < 2 * qk; /* q and k */
     const int lanes_per_head = d.K >> 2;
     bool finite = true;
-    for (int32_t t0 = first; t0 < end; t0 += SSM_PREP_AHEAD) {
-        /* The inputs of up to SSM_PREP_AHEAD tokens, asked for together (a
-           token past the end loads a real one and drops it). */
-        float inputs[SSM_PREP_AHEAD][4];
+    for (int32_t t = first; t < end; t++) {
+        float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
+        if (live)
+            load4(x + input_token(a, r, t) * d.D + c, in);
+        float squares = 0.0f;
 #pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++) {
-            int32_t t = t0 + j < end ? t0 + j : t0;
-            if (live)
-                load4(x + input_token(a, r, t) * d.D + c, inputs[j]);
-            else
-#pragma unroll
-                for (int ch = 0; ch < 4; ch++)
-                    inputs[j][ch] = 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++) {
-            const int32_t t = t0 + j;
-            if (t >= end)
-                break; /* the same for the whole row, so every lane shuffles */
-            float in[4] = {inputs[j][0], inputs[j][1], inputs[j][2], inputs[j][3]}, value[4];
-            float squares = 0.0f;
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++) {
-                finite = finite && isfinite(in[ch]);
-                /* Bias first, then taps oldest to newest: the reference's order. */
-                float acc = bias[ch];
-#pragma unroll
-                for (int i = 0; i < WIDTH; i++)
-                    if (i < d.W)
-                        acc += weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
-                value[ch] = round_to((const Act *)0, ssm_silu(acc));
-                squares += value[ch] * value[ch];
-            }
-            if (live && a.stage)
-                store4(buffer + (int64_t)(keep + t) * d.D + c, in);
+        for (int ch = 0; ch < 4; ch++) {
+            finite = finite && isfinite(in[ch]);
+            /* Bias first, then taps oldest to newest: the reference's order. */
+            float acc = bias[ch];
 #pragma unroll
             for (int i = 0; i < WIDTH; i++)
+                if (i < d.W)
+                    acc += weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
+            value[ch] = round_to((const Act *)0, ssm_silu(acc));
+            squares += value[ch] * value[ch];
+        }
+        if (live && a.stage)
+            store4(buffer + (int64_t)(keep + t) * d.D + c, in);
 #pragma unroll
-                for (int ch = 0; ch < 4; ch++) {
-                    if (i < keep - 1)
-                        window[i][ch] = window[i + 1 < WIDTH ? i + 1 : i][ch];
-                    else if (i == keep - 1)
-                        window[i][ch] = in[ch];
-                }
-            squares = live && normalized ? squares : 0.0f;
-            for (int offset = lanes_per_head >> 1; offset > 0; offset >>= 1)
-                squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-            if (!live)
-                continue;
-            uint8_t *record = place.at(t);
-            if (normalized) {
-                float inv = ssm_l2_inv(squares), out[4];
-                float scale = c < qk ? d.query_scale : 1.0f;
+        for (int i = 0; i < WIDTH; i++)
 #pragma unroll
-                for (int ch = 0; ch < 4; ch++)
-                    out[ch] = (value[ch] * inv) * scale;
-                if (c < qk)
-                    store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
-                               c,
-                           out);
-                else
-                    store4((float *)(record + a.layout.k) + (c - qk), out);
-            } else {
-                store4((Act *)(record + a.layout.v) + (c - 2 * qk), value);
+            for (int ch = 0; ch < 4; ch++) {
+                if (i < keep - 1)
+                    window[i][ch] = window[i + 1 < WIDTH ? i + 1 : i][ch];
+                else if (i == keep - 1)
+                    window[i][ch] = in[ch];
             }
+        squares = live && normalized ? squares : 0.0f;
+        for (int offset = lanes_per_head >> 1; offset > 0; offset >>= 1)
+            squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+        if (!live)
+            continue;
+        uint8_t *record = place.at(t);
+        if (normalized) {
+            float inv = ssm_l2_inv(squares), out[4];
+            float scale = c < qk ? d.query_scale : 1.0f;
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                out[ch] = (value[ch] * inv) * scale;
+            if (c < qk)
+                store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
+                           c,
+                       out);
+            else
+                store4((float *)(record + a.layout.k) + (c - qk), out);
+        } else {
+            store4((Act *)(record + a.layout.v) + (c - 2 * qk), value);
         }
     }
     if (!finite)
@@ -288,39 +270,29 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t f
         sum = ((const float *)(place.previous + a.layout.gate_sum))[e];
         error = ((const float *)(place.previous + a.layout.gate_error))[e];
     }
-    const float a_log = a.a_log[h], dt_bias = a.dt_bias[d.kda ? e : h];
     bool finite = true;
-    for (int32_t t0 = first; t0 < end; t0 += SSM_PREP_AHEAD) {
-        float inputs[SSM_PREP_AHEAD]; /* asked for together, as in prep_conv */
-#pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++)
-            inputs[j] = load(gate + input_token(a, r, t0 + j < end ? t0 + j : t0) * d.GW + e);
-#pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++) {
-            const int32_t t = t0 + j;
-            if (t >= end)
-                break;
-            uint8_t *record = place.at(t);
-            float in = inputs[j];
-            finite = finite && isfinite(in);
-            float g = d.kda ? ssm_kda_gate(a_log, in, dt_bias, d.has_lower_bound, d.lower_bound)
-                            : ssm_gdn_gate(a_log, in, dt_bias);
-            ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : ssm_expf(g);
-            if (!a.ring_n)
-                continue;
-            if (t == 0 && !place.previous) {
-                sum = g;
-                error = 0.0f;
-            } else {
-                float next = sum + g;
-                float g_part = next - sum;
-                float rounding = (sum - (next - g_part)) + (g - g_part);
-                sum = next;
-                error = error + rounding;
-            }
-            ((float *)(record + a.layout.gate_sum))[e] = sum;
-            ((float *)(record + a.layout.gate_error))[e] = error;
+    for (int32_t t = first; t < end; t++) {
+        uint8_t *record = place.at(t);
+        float in = load(gate + input_token(a, r, t) * d.GW + e);
+        finite = finite && isfinite(in);
+        float g = d.kda ? ssm_kda_gate(a.a_log[h], in, a.dt_bias[e], d.has_lower_bound,
+                                       d.lower_bound)
+                        : ssm_gdn_gate(a.a_log[h], in, a.dt_bias[h]);
+        ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : ssm_expf(g);
+        if (!a.ring_n)
+            continue;
+        if (t == 0 && !place.previous) {
+            sum = g;
+            error = 0.0f;
+        } else {
+            float next = sum + g;
+            float g_part = next - sum;
+            float rounding = (sum - (next - g_part)) + (g - g_part);
+            sum = next;
+            error = error + rounding;
         }
+        ((float *)(record + a.layout.gate_sum))[e] = sum;
+        ((float *)(record + a.layout.gate_error))[e] = error;
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
@@ -332,18 +304,10 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t f
 {
     const Act *beta = (const Act *)a.beta;
     bool finite = true;
-    for (int32_t t0 = first; t0 < end; t0 += SSM_PREP_AHEAD) {
-        float inputs[SSM_PREP_AHEAD]; /* asked for together, as in prep_conv */
-#pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++)
-            inputs[j] = load(beta + input_token(a, r, t0 + j < end ? t0 + j : t0) * a.d.HV + h);
-#pragma unroll
-        for (int j = 0; j < SSM_PREP_AHEAD; j++) {
-            if (t0 + j >= end)
-                break;
-            finite = finite && isfinite(inputs[j]);
-            ((float *)(place.at(t0 + j) + a.layout.beta))[h] = ssm_sigmoid(inputs[j]);
-        }
+    for (int32_t t = first; t < end; t++) {
+        float in = load(beta + input_token(a, r, t) * a.d.HV + h);
+        finite = finite && isfinite(in);
+        ((float *)(place.at(t) + a.layout.beta))[h] = ssm_sigmoid(in);
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
@@ -359,23 +323,10 @@ __host__ __device__ inline int32_t prep_group_tokens(const prep_args &a)
     return a.d.W - 1 > 4 ? a.d.W - 1 : 4;
 }
 
-/* Blocks along x of a row: first the conv's (four channels a thread), then
- * the gates' and betas' (one gate channel and one value head a thread), so
- * that no thread does two of them one after the other. */
-__host__ __device__ inline int32_t prep_conv_blocks(const dims &d)
-{
-    return (d.D / 4 + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS;
-}
-__host__ __device__ inline int32_t prep_blocks(const dims &d)
-{
-    int32_t gates = d.GW > d.HV ? d.GW : d.HV;
-    return prep_conv_blocks(d) + (gates + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS;
-}
-
-/* grid (prep_blocks(d), rows, token groups), SSM_PREP_THREADS threads;
- * WIDTH >= the conv width. */
+/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),
+ * SSM_PREP_THREADS threads; WIDTH >= the conv width. */
 template <int WIDTH, class Act>
-__global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
+__global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
 {
     griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
     int32_t r = blockIdx.y;
@@ -397,12 +348,8 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
         return;
     int32_t end = n - first < a.group_tokens ? n : first + a.group_tokens;
     record_place place = place_of(a, slot, a.records_by_row ? r : slot);
-    const int32_t conv_blocks = prep_conv_blocks(a.d);
-    if ((int32_t)blockIdx.x < conv_blocks) {
+    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D)
         prep_conv<WIDTH, Act>(a, slot, r, first, end, n, e, place);
-        return;
-    }
-    e -= conv_blocks * SSM_PREP_THREADS;
     if (e < a.d.GW)
         prep_gate<Act>(a, slot, r, first, end, e, place);
     if (e < a.d.HV)
