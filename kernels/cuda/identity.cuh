@@ -14,14 +14,16 @@
  * S0 k_p and S0 q_p in registers (KDA: k_p and q_p times e^{G_p} per
  * channel), with no shuffles: what the recurrence's row layout spends on
  * sums across lanes is what made this step slow before
- * (bench/results/2026-11-30-identity-h200.md). Before that the block forms
- * the weights w^k, w^q, one (record, token) pair per 8 lanes. Then each
+ * (bench/results/2026-11-30-identity-h200.md). While the last two chunks
+ * are on their way the block forms the weights w^k, w^q, one record per 8
+ * lanes with every token, and asks for the first records' u. Then each
  * thread runs its row through the tokens: the scalar terms above, u_p into
  * record p (later steps read it) and the outputs. Each phase asks for its
  * global loads together, in batches with no branch between them, before
- * it stores any. A block's time is mostly waiting: batching the loads took
- * a round of 256 rows from 541 to 529 µs on the H200
- * (bench/results/2026-12-01-fold-h200.md).
+ * it stores any. ncu finds the kernel bound by instruction issue and short
+ * latency chains rather than by DRAM, so what it saves is instructions: a
+ * kernel for exactly T = 4, the 2T sums interleaved
+ * (bench/results/2026-12-01-identity-h200.md).
  *
  * Every sum has one fixed order (a row's products over the channels in
  * order, a weight's over its lanes' channels and then the lanes, the
