@@ -251,6 +251,22 @@ __device__ __forceinline__ void identity_chunk(const float *row, const float *kd
     }
 }
 
+/* History record m's term of every token's two sums: sk[p] += w^k_{mp} u,
+ * sq[p] += w^q_{mp} u (u: record m's u of this row). */
+template <int MAXT>
+__device__ __forceinline__ void identity_add_record(const float *wk, const float *wq, int32_t m,
+                                                    int32_t T, float u, float (&sk)[MAXT],
+                                                    float (&sq)[MAXT])
+{
+#pragma unroll
+    for (int p = 0; p < MAXT; p++) {
+        if (p >= T)
+            break;
+        sk[p] = fmaf(wk[m * T + p], u, sk[p]);
+        sq[p] = fmaf(wq[m * T + p], u, sq[p]);
+    }
+}
+
 /* Records of the history whose u a thread asks for before the last S0
  * chunks, so that the last phase does not wait for them (the default
  * history of 16 keeps at most 8 before a round of 4). */
@@ -418,13 +434,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     for (int m = 0; m < SSM_IDENTITY_EARLY; m++) {
         if (m >= kept)
             break;
-#pragma unroll
-        for (int p = 0; p < MAXT; p++) {
-            if (p >= T)
-                break;
-            sk[p] = fmaf(wk[m * T + p], early[m], sk[p]);
-            sq[p] = fmaf(wq[m * T + p], early[m], sq[p]);
-        }
+        identity_add_record<MAXT>(wk, wq, m, T, early[m], sk, sq);
     }
     for (int32_t m0 = SSM_IDENTITY_EARLY; m0 < kept; m0 += BATCH) {
         float u[BATCH]; /* a batch of records' u, asked for together */
@@ -435,16 +445,9 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         }
 #pragma unroll
         for (int j = 0; j < BATCH; j++) {
-            int32_t m = m0 + j;
-            if (m >= kept)
+            if (m0 + j >= kept)
                 break;
-#pragma unroll
-            for (int p = 0; p < MAXT; p++) {
-                if (p >= T)
-                    break;
-                sk[p] = fmaf(wk[m * T + p], u[j], sk[p]);
-                sq[p] = fmaf(wq[m * T + p], u[j], sq[p]);
-            }
+            identity_add_record<MAXT>(wk, wq, m0 + j, T, u[j], sk, sq);
         }
     }
 #pragma unroll
