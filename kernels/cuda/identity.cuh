@@ -327,11 +327,11 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     float *vp = bt + T, *wk = vp + T * rows_max, *wq = wk + (kept + T) * T;
     const int32_t row = (int32_t)threadIdx.x < rows ? v : row0; /* a real row to load */
 
-    /* The new tokens' G_p, beta_p, v_p of
-     * the block's rows, and normalized k and q (KDA: also times e^{G_p}).
-     * Loads go in batches with no branch between them (a lane past the end
-     * loads a real element and drops it), all before the batch's first
-     * store, so their latencies overlap (T <= MAXT <= SSM_IDENTITY_THREADS). */
+    /* The new tokens' G_p, beta_p, v_p of the block's rows, and normalized k
+     * and q (KDA: also times e^{G_p}). Loads go in batches with no branch
+     * between them (a lane past the end loads a real element and drops it),
+     * all before the batch's first store, so their latencies overlap
+     * (T <= MAXT <= SSM_IDENTITY_THREADS). */
     float gate_sum = 0.0f, gate_error = 0.0f, beta = 0.0f, values[MAXT];
     {
         const int32_t mine = (int32_t)threadIdx.x < T ? (int32_t)threadIdx.x : 0;
