@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/cuda/commit.cuh"
+#include "kernels/cuda/fused.cuh"
 #include "kernels/cuda/identity.cuh"
 #include "ssmstate/plugin.h"
 
@@ -37,6 +38,10 @@ struct gpu_common {
     float *prefill_work;  /* [capacity][HV] records of chunk_tc.cuh (its shapes only) */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
+    /* [capacity][layers][H]: the fused decode's window counters (fused.cuh),
+     * zero between steps. */
+    int32_t *arrivals;
+    bool fused_steps;     /* decode and verify in one launch (fused.cuh) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
@@ -66,8 +71,9 @@ inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
     size_t q = (size_t)p->model.heads * p->model.key_dim * sizeof(float);
+    size_t arrivals = (size_t)p->model.layers * p->model.heads * sizeof(int32_t);
     return ((size_t)p->max_tokens + SSM_CHUNK_TOKENS) * ((size_t)raw.bytes + q) +
-           prefill_work_bytes(p->model);
+           prefill_work_bytes(p->model) + arrivals;
 }
 
 /* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
@@ -115,6 +121,12 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * before it has finished. */
     const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
     g.overlap = major >= 9 && !(overlap && strcmp(overlap, "0") == 0);
+    /* SSMSTATE_CUDA_ONE_LAUNCH=1 runs decode and native's and compact's
+     * verify in one launch each (fused.cuh) instead of the prologue and the
+     * tile job: the same bits. Off by default until it has been measured
+     * on a GPU (docs/architecture.md). */
+    const char *one_launch = getenv("SSMSTATE_CUDA_ONE_LAUNCH");
+    g.fused_steps = one_launch && strcmp(one_launch, "1") == 0;
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
@@ -130,8 +142,11 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
         g.prefill_work =
             (float *)s->alloc(s->core, (size_t)p->capacity * prefill_work_bytes(p->model));
     g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
+    size_t arrivals = (size_t)p->capacity * p->model.layers * p->model.heads * sizeof(int32_t);
+    g.arrivals = (int32_t *)s->alloc(s->core, arrivals);
     int32_t *host = (int32_t *)s->alloc_host(s->core, sizeof(int32_t) * (size_t)p->capacity);
-    if (!g.tokens || !g.q || !g.prefill_tokens || !g.prefill_q || !g.slot_table || !host ||
+    if (!g.tokens || !g.q || !g.prefill_tokens || !g.prefill_q || !g.slot_table || !g.arrivals ||
+        !host ||
         (prefill_work_bytes(p->model) > 0 && !g.prefill_work)) {
         s->release_host(s->core, host);
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for scratch");
@@ -141,6 +156,8 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     cudaError_t e = cudaMemcpy(g.slot_table, host, sizeof(int32_t) * (size_t)p->capacity,
                                cudaMemcpyHostToDevice);
     s->release_host(s->core, host);
+    if (e == cudaSuccess)
+        e = cudaMemset(g.arrivals, 0, arrivals);
     if (e != cudaSuccess)
         return s->error(s->core, SSM_ERR_DEVICE, "create: %s", cudaGetErrorString(e));
     return SSM_OK;
@@ -154,6 +171,8 @@ inline void gpu_common_destroy(gpu_common &g, const ssm_services_v1 *s)
     s->release(s->core, g.prefill_q);
     s->release(s->core, g.prefill_work);
     s->release(s->core, g.slot_table);
+    s->release(s->core, g.arrivals);
+    g.arrivals = NULL;
     g.tokens = NULL;
     g.q = NULL;
     g.prefill_tokens = NULL;
@@ -603,6 +622,117 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
     return SSM_OK;
 }
 
+/* ------------------------------------------------------------- steps */
+
+/* What a one-launch step (fused.cuh) reads besides the state: the step's
+ * inputs and weights, and the conv buffer. Decode advances the window
+ * (stage false); a verify stages its inputs for the commit. */
+inline step_inputs step_inputs_for(const gpu_common &g, const ssm_step_v1 *step, void *conv,
+                                   bool stage)
+{
+    step_inputs in = {};
+    in.x = step->io.x;
+    in.gate = step->io.gate;
+    in.beta = step->io.beta;
+    in.conv_weight = step->weights->conv_weight;
+    in.conv_bias = step->weights->conv_bias;
+    in.a_log = step->weights->a_log;
+    in.dt_bias = step->weights->dt_bias;
+    in.conv = conv;
+    in.conv_rows = g.conv_rows;
+    in.stage = stage;
+    in.arrivals = g.arrivals;
+    return in;
+}
+
+/* Whether a step runs in one launch: a decode or verify (no prefill
+ * pieces) of a conv width of at most 4, with the one-launch steps on. */
+inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
+{
+    return g.fused_steps && !step->token_offsets && g.d.W <= 4;
+}
+
+template <int E, bool KDA, class State, class Act>
+inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
+                             cudaStream_t st)
+{
+    size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
+    if (shared > 48 * 1024)
+        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+}
+
+template <class State, class Act>
+inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
+                              cudaStream_t st)
+{
+    switch (a.d.K * 2 + (a.d.kda ? 1 : 0)) {
+    case 64: launch_step_kind<4, false, State, Act>(a, in, grid, rows, st); break;
+    case 65: launch_step_kind<4, true, State, Act>(a, in, grid, rows, st); break;
+    case 128: launch_step_kind<8, false, State, Act>(a, in, grid, rows, st); break;
+    case 129: launch_step_kind<8, true, State, Act>(a, in, grid, rows, st); break;
+    case 257: launch_step_kind<16, true, State, Act>(a, in, grid, rows, st); break;
+    default: launch_step_kind<16, false, State, Act>(a, in, grid, rows, st); break;
+    }
+}
+
+/* Tiles a block runs in a one-launch step: a decode takes tile_passes()'s
+ * choice; a verify runs whole heads when the batch gives every SM
+ * SSM_TILE_HEADS_PER_SM of them (its tokens' q and k are then computed
+ * once a head, not once a tile), else one tile a block. */
+inline int32_t step_passes(const gpu_common &g, const tile_args &a)
+{
+    if (a.tokens == 1)
+        return tile_passes(g, a, a.rows);
+    if (g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_TILE_HEADS_PER_SM)
+        return 1;
+    return tiles_per_head(a.d.V, SSM_TILE_RPL);
+}
+
+/* A decode or verify in one launch (fused.cuh). `a` says where the state
+ * is, what is stored (STORE_FINAL: decode in place; STORE_EACH: native's
+ * snapshots; STORE_NONE: compact) and where outputs go; `in` the inputs,
+ * whether they are staged, and the records (compact). */
+inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_inputs &in,
+                              void *stream, const ssm_services_v1 *s)
+{
+    if (a.rows == 0)
+        return SSM_OK;
+    if (a.rows > 65535)
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
+    a.passes = step_passes(g, a);
+    int32_t rows = a.passes * tile_rows(SSM_TILE_RPL);
+    rows = rows < g.d.V ? rows : g.d.V;
+    dim3 grid((unsigned)a.rows * (unsigned)tile_blocks_per_head(g.d.V, a.passes),
+              (unsigned)g.d.HV);
+    cudaStream_t st = (cudaStream_t)stream;
+    bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
+    if (bf16_state && bf16_act)
+        launch_step_typed<bf16, bf16>(a, in, grid, rows, st);
+    else if (bf16_state)
+        launch_step_typed<bf16, float>(a, in, grid, rows, st);
+    else if (bf16_act)
+        launch_step_typed<float, bf16>(a, in, grid, rows, st);
+    else
+        launch_step_typed<float, float>(a, in, grid, rows, st);
+    return launch_status(s, "step kernel");
+}
+
+/* A decode in one launch: the state in place, the window advanced. */
+inline ssm_status launch_decode(const gpu_common &g, const ssm_step_v1 *step, void *conv,
+                                void *state, int32_t snapshots, const int32_t *current,
+                                const ssm_services_v1 *s)
+{
+    tile_args a = tile_for(g, step->rows, step->slots, step->layer, state, snapshots);
+    a.current = current;
+    tile_step_tokens(a, step);
+    a.layout = step_layout(step);
+    a.store = STORE_FINAL;
+    return launch_step(g, a, step_inputs_for(g, step, conv, false), step->stream, s);
+}
+
 /* Prefill and decode in place, as every mode runs them: a prologue that
  * advances the window, then a tile job storing the state back, for the
  * step's token, or for a prefill each piece of T_max tokens where the chunk
@@ -614,6 +744,8 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
 {
     if (step->token_offsets && step->layer >= 0 && g.chunked_prefill)
         return launch_prefill_chunked(g, step, conv, state, snapshots, current, s);
+    if (step->tokens == 1 && step_in_one_launch(g, step))
+        return launch_decode(g, step, conv, state, snapshots, current, s);
     int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
                                          : 1;
     for (int32_t p = 0; p < pieces; p++) {
@@ -735,6 +867,16 @@ inline ssm_status gpu_zero(void *ptr, size_t bytes, void *stream, const ssm_serv
     cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)stream);
     return e == cudaSuccess ? SSM_OK
                             : s->error(s->core, SSM_ERR_DEVICE, "reset: %s", cudaGetErrorString(e));
+}
+
+/* Zeroes a slot's window counters (fused.cuh). They are zero after every
+ * step; a reset makes sure of it for a slot whose step a replayed graph
+ * broke (two rows on one slot), as it does for everything else. */
+inline ssm_status gpu_reset_arrivals(const gpu_common &g, int32_t slot, void *stream,
+                                     const ssm_services_v1 *s)
+{
+    size_t per_slot = (size_t)g.layers * g.d.H;
+    return gpu_zero(g.arrivals + (size_t)slot * per_slot, per_slot * sizeof(int32_t), stream, s);
 }
 
 /* Copies `bytes` device to device on the stream. */

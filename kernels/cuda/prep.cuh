@@ -128,6 +128,123 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_
     return p;
 }
 
+/* ------------------------------------------------- the per-token math
+ * What the prologue computes for a token, shared with the fused decode
+ * kernel (fused.cuh) so the two give the same bits. */
+
+/* The conv taps of channels [c, c + 4): weight[i][ch] for tap i (zero past
+ * W, or everywhere when the channels are not live) and the bias. */
+template <int WIDTH> struct conv_taps {
+    float weight[WIDTH][4], bias[4];
+};
+
+/* Weights [D][W] and bias of the four channels: 16-byte loads when the
+ * caller's arrays are 16-byte aligned (at W = 4 one per channel instead of
+ * four scalar ones), scalar loads otherwise. */
+template <int WIDTH>
+__device__ __forceinline__ void conv_taps_load(const dims &d, const float *conv_weight,
+                                               const float *conv_bias, int32_t c, bool live,
+                                               conv_taps<WIDTH> &taps)
+{
+    const bool vector = ((uintptr_t)conv_weight & 15) == 0 && ((uintptr_t)conv_bias & 15) == 0;
+#pragma unroll
+    for (int ch = 0; ch < 4; ch++)
+        taps.bias[ch] = 0.0f;
+    if (live && conv_bias) {
+        if (vector)
+            load4(conv_bias + c, taps.bias);
+        else
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                taps.bias[ch] = conv_bias[c + ch];
+    }
+    if (WIDTH == 4 && d.W == 4 && live && vector) {
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++) {
+            float w[4];
+            load4(conv_weight + (int64_t)(c + ch) * 4, w);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                taps.weight[i][ch] = w[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                taps.weight[i][ch] =
+                    live && i < d.W ? conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
+    }
+}
+
+/* One token of four channels: value = silu(bias + taps over the window and
+ * `in`), rounded to the activation dtype; the window (W - 1 inputs, oldest
+ * first) then ends with `in`. Returns the sum of the four squares, in
+ * channel order (a head's norm adds the lanes' sums, head_squares). */
+template <int WIDTH, class Act>
+__device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH> &taps,
+                                            float (&window)[WIDTH][4], const float (&in)[4],
+                                            float (&value)[4])
+{
+    const int32_t keep = d.W - 1;
+    float squares = 0.0f;
+#pragma unroll
+    for (int ch = 0; ch < 4; ch++) {
+        /* Bias first, then taps oldest to newest: the reference's order. */
+        float acc = taps.bias[ch];
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+            if (i < d.W)
+                acc += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
+        value[ch] = round_to((const Act *)0, ssm_silu(acc));
+        squares += value[ch] * value[ch];
+    }
+#pragma unroll
+    for (int i = 0; i < WIDTH; i++)
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++) {
+            if (i < keep - 1)
+                window[i][ch] = window[i + 1 < WIDTH ? i + 1 : i][ch];
+            else if (i == keep - 1)
+                window[i][ch] = in[ch];
+        }
+    return squares;
+}
+
+/* The sum of squares of a head of K channels, held as K / 4 consecutive
+ * lanes of one warp (each lane's own four first): a butterfly over those
+ * lanes, the same order every time. Every lane of the warp takes part
+ * (lanes outside q and k with zeros). */
+__device__ __forceinline__ float head_squares(float squares, int32_t K)
+{
+    for (int offset = (K >> 2) >> 1; offset > 0; offset >>= 1)
+        squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    return squares;
+}
+
+/* q or k of four channels normalized by their head's sum of squares, and
+ * scaled (q by K^-0.5, k by 1). */
+__device__ __forceinline__ void head_normalize(const float (&value)[4], float squares, float scale,
+                                               float (&out)[4])
+{
+    float inv = ssm_l2_inv(squares);
+#pragma unroll
+    for (int ch = 0; ch < 4; ch++)
+        out[ch] = (value[ch] * inv) * scale;
+}
+
+/* The log-decay of gate channel e (a value head for GDN, head * K + key
+ * channel for KDA) from its raw input. */
+__device__ __forceinline__ float gate_log_decay(const dims &d, const float *a_log,
+                                                const float *dt_bias, int32_t e, float in)
+{
+    int32_t h = d.kda ? e / d.K : e;
+    return d.kda ? ssm_kda_gate(a_log[h], in, dt_bias[e], d.has_lower_bound, d.lower_bound)
+                 : ssm_gdn_gate(a_log[h], in, dt_bias[h]);
+}
+
+/* ------------------------------------------------------------ the kernel */
+
 /* The conv of channels [4e, 4e + 4) for the row's n tokens, and the
  * normalization of their head: a head of K channels is K / 4 consecutive
  * lanes of one warp, whose sum of squares is a butterfly over those lanes
@@ -143,37 +260,9 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
     const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    float window[WIDTH][4], weight[WIDTH][4], bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    /* Weights [D][W] and bias of the four channels: 16-byte loads when the
-     * caller's arrays are 16-byte aligned (at W = 4 one per channel instead
-     * of four scalar ones), scalar loads otherwise. */
-    const bool vector = ((uintptr_t)a.conv_weight & 15) == 0 &&
-                        ((uintptr_t)a.conv_bias & 15) == 0;
-    if (live && a.conv_bias) {
-        if (vector)
-            load4(a.conv_bias + c, bias);
-        else
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++)
-                bias[ch] = a.conv_bias[c + ch];
-    }
-    if (WIDTH == 4 && d.W == 4 && live && vector) {
-#pragma unroll
-        for (int ch = 0; ch < 4; ch++) {
-            float w[4];
-            load4(a.conv_weight + (int64_t)(c + ch) * 4, w);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                weight[i][ch] = w[i];
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < WIDTH; i++)
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++)
-                weight[i][ch] =
-                    live && i < d.W ? a.conv_weight[(int64_t)(c + ch) * d.W + i] : 0.0f;
-    }
+    float window[WIDTH][4];
+    conv_taps<WIDTH> taps;
+    conv_taps_load(d, a.conv_weight, a.conv_bias, c, live, taps);
     /* Window slot i holds the input at position first - keep + i of the
        piece: the buffer's row for a position before it, else x's token. */
 #pragma unroll
@@ -189,48 +278,24 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
                 window[i][ch] = 0.0f;
     }
     const bool normalized = c < 2 * qk; /* q and k */
-    const int lanes_per_head = d.K >> 2;
     bool finite = true;
     for (int32_t t = first; t < end; t++) {
         float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
         if (live)
             load4(x + input_token(a, r, t) * d.D + c, in);
-        float squares = 0.0f;
 #pragma unroll
-        for (int ch = 0; ch < 4; ch++) {
+        for (int ch = 0; ch < 4; ch++)
             finite = finite && isfinite(in[ch]);
-            /* Bias first, then taps oldest to newest: the reference's order. */
-            float acc = bias[ch];
-#pragma unroll
-            for (int i = 0; i < WIDTH; i++)
-                if (i < d.W)
-                    acc += weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
-            value[ch] = round_to((const Act *)0, ssm_silu(acc));
-            squares += value[ch] * value[ch];
-        }
+        float squares = conv_token<WIDTH, Act>(d, taps, window, in, value);
         if (live && a.stage)
             store4(buffer + (int64_t)(keep + t) * d.D + c, in);
-#pragma unroll
-        for (int i = 0; i < WIDTH; i++)
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++) {
-                if (i < keep - 1)
-                    window[i][ch] = window[i + 1 < WIDTH ? i + 1 : i][ch];
-                else if (i == keep - 1)
-                    window[i][ch] = in[ch];
-            }
-        squares = live && normalized ? squares : 0.0f;
-        for (int offset = lanes_per_head >> 1; offset > 0; offset >>= 1)
-            squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+        squares = head_squares(live && normalized ? squares : 0.0f, d.K);
         if (!live)
             continue;
         uint8_t *record = place.at(t);
         if (normalized) {
-            float inv = ssm_l2_inv(squares), out[4];
-            float scale = c < qk ? d.query_scale : 1.0f;
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++)
-                out[ch] = (value[ch] * inv) * scale;
+            float out[4];
+            head_normalize(value, squares, c < qk ? d.query_scale : 1.0f, out);
             if (c < qk)
                 store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
                            c,
@@ -263,7 +328,6 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t f
                           int32_t end, int32_t e, const record_place &place)
 {
     const dims &d = a.d;
-    int32_t h = d.kda ? e / d.K : e;
     const Act *gate = (const Act *)a.gate;
     float sum = 0.0f, error = 0.0f;
     if (place.previous) {
@@ -275,9 +339,7 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t f
         uint8_t *record = place.at(t);
         float in = load(gate + input_token(a, r, t) * d.GW + e);
         finite = finite && isfinite(in);
-        float g = d.kda ? ssm_kda_gate(a.a_log[h], in, a.dt_bias[e], d.has_lower_bound,
-                                       d.lower_bound)
-                        : ssm_gdn_gate(a.a_log[h], in, a.dt_bias[h]);
+        float g = gate_log_decay(d, a.a_log, a.dt_bias, e, in);
         ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : ssm_expf(g);
         if (!a.ring_n)
             continue;

@@ -78,16 +78,22 @@ extern "C" ssm_status compact_cuda_decode(compact_mode *c, const ssm_step_v1 *st
 extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *step)
 {
     gpu_common &g = G(c);
+    tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
+    tile_step_tokens(ta, step);
+    ta.store = STORE_NONE;
+    ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
+    if (step_in_one_launch(g, step)) {
+        step_inputs in = step_inputs_for(g, step, c->conv, true);
+        point_at_records(c, g, in.records, in.slot_stride, in.layer_stride);
+        in.layout = g.raw;
+        return launch_step(g, ta, in, step->stream, c->services);
+    }
     prep_args pa = prep_for(g, step, c->conv, true);
     point_at_records(c, g, pa.records, pa.slot_stride, pa.layer_stride);
     ssm_status st = launch_prep(g, pa, step->stream, c->services);
-    tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
-    tile_step_tokens(ta, step);
     uint8_t *records;
     point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
     ta.tok = records;
-    ta.store = STORE_NONE;
-    ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->services);
 }
@@ -116,9 +122,10 @@ extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *st
     int32_t layers = c->params.model.layers;
     ssm_status st = gpu_zero(compact_state(c, slot, 0), (size_t)layers * c->state_bytes, stream,
                              c->services);
-    return st != SSM_OK ? st
-                        : gpu_zero(compact_conv(c, slot, 0), (size_t)layers * c->conv_bytes, stream,
-                                   c->services);
+    if (st == SSM_OK)
+        st = gpu_zero(compact_conv(c, slot, 0), (size_t)layers * c->conv_bytes, stream,
+                      c->services);
+    return st != SSM_OK ? st : gpu_reset_arrivals(G(c), slot, stream, c->services);
 }
 
 extern "C" ssm_status compact_cuda_export(compact_mode *c, int32_t slot,

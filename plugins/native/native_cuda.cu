@@ -63,12 +63,15 @@ extern "C" ssm_status native_cuda_decode(native_mode *n, const ssm_step_v1 *step
 extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step)
 {
     gpu_common &g = G(n);
-    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->services);
     tile_args ta = tile_for(g, step->rows, step->slots, step->layer, n->states, n->snapshots);
     ta.current = n->current;
     tile_step_tokens(ta, step);
     ta.store = STORE_EACH;
     ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
+    if (step_in_one_launch(g, step))
+        return launch_step(g, ta, step_inputs_for(g, step, n->conv, true), step->stream,
+                           n->services);
+    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->services);
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->services);
 }
@@ -94,7 +97,7 @@ extern "C" ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stre
                       s);
     if (st == SSM_OK)
         st = gpu_zero(n->current + slot, sizeof(int32_t), stream, s);
-    return st;
+    return st != SSM_OK ? st : gpu_reset_arrivals(g, slot, stream, s);
 }
 
 /* Copies the current snapshot of src (every layer) to dst[l]: the index is

@@ -259,7 +259,7 @@ extern "C" ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stre
     if (st == SSM_OK)
         st = gpu_zero(r->gpu->ring_start + (size_t)slot * layers, layers * sizeof(int32_t), stream,
                       s);
-    return st;
+    return st != SSM_OK ? st : gpu_reset_arrivals(G(r), slot, stream, s);
 }
 
 /* The materialized state of src's layers into dst[l]; src is not touched. */

@@ -1,0 +1,318 @@
+/* Decode and verify in one launch: the prologue's work (conv, SiLU, q and k
+ * normalization, gates and beta; prep.cuh) done inside the recurrence
+ * kernel, so nothing goes through memory between the two and there is no
+ * second launch.
+ *
+ * Each block runs tiles [first, last) of one value head of one row, as
+ * tile_kernel does (tile.cuh), and first computes into shared memory what
+ * its tiles need of the step's T tokens: q and k of its key head (every
+ * block of that key head computes them again: 2K channels a token, against
+ * the V x K state it moves), v of its own value rows, the gates and beta
+ * of its head. The first tile's state is on its way (cp.async) meanwhile.
+ * Then each tile's state stays in registers across the T tokens, whose
+ * inputs come from shared memory, and the next tile's state streams in.
+ *
+ * The per-token math is prep.cuh's, function for function, and the update
+ * is tile_token: the states, outputs, records and windows are the bits of
+ * the prologue and the tile job run one after the other, so every mode
+ * still agrees bit for bit whichever path a step takes.
+ *
+ * The conv buffer. A verify reads the window (rows [0, W-1)) and stages its
+ * inputs after it, for the commit: no one writes what anyone reads, and
+ * one block per channel stages (q and k: the first block of the key head's
+ * first value head; v: the block of those rows). A decode advances the
+ * window in place. A block writes the new window of its own value rows
+ * right after reading it: nobody else reads those. q and k's channels are
+ * read by every block of the key head (group value heads, each in
+ * tile_blocks_per_head blocks), so only the last of them to arrive writes
+ * them: each block counts itself in arrivals[slot][layer][key head] after
+ * its reads, and the one that brings the count to the total writes the
+ * window from its registers and sets the count back to zero. The counters
+ * are zero between steps, so a step captured in a graph replays with them.
+ * Two rows naming one slot would break the count (as they break every
+ * step, docs/architecture.md); a reset of the slot clears it. */
+#ifndef SSM_KERNELS_CUDA_FUSED_CUH
+#define SSM_KERNELS_CUDA_FUSED_CUH
+
+#include "kernels/cuda/tile.cuh"
+
+namespace ssm {
+
+/* What the in-kernel prologue reads and writes besides the state. */
+struct step_inputs {
+    const void *x, *gate, *beta; /* token t of row r at r * T + t */
+    const float *conv_weight, *conv_bias, *a_log, *dt_bias;
+    void *conv;         /* [capacity][layers][conv_rows][D] act */
+    int32_t conv_rows;
+    bool stage;         /* verify: inputs staged after the window; decode: it advances */
+    int32_t *arrivals;  /* decode: [capacity][layers][H], zero between steps */
+    /* Records of the tokens for a commit to replay (compact), as prep.cuh
+     * writes them: token t of a slot at records + slot * slot_stride +
+     * layer * layer_stride + t * layout.bytes. NULL: none. */
+    uint8_t *records;
+    int64_t slot_stride, layer_stride;
+    record_layout layout;
+};
+
+/* One token as a block's tiles consume it. */
+template <int K, bool KDA> struct __align__(16) step_token {
+    float q[K], k[K];         /* q normalized and scaled, k normalized */
+    float decay[KDA ? K : 4]; /* e^g: per key channel (KDA) or decay[0] */
+    float beta;
+};
+
+/* Shared memory of a block: T tokens, then T x `rows` values of v. */
+template <int K, bool KDA>
+__host__ __device__ inline size_t step_shared_bytes(int32_t tokens, int32_t rows)
+{
+    return (size_t)tokens * (sizeof(step_token<K, KDA>) + (size_t)rows * sizeof(float));
+}
+
+/* Where a block is: its job, its tiles, its value rows [row_first, row_end). */
+struct step_place {
+    tile_job j;
+    int32_t first, last, per_head, row_first, row_end, key_head;
+    bool writes_qk; /* stages (and records) q and k: first block of the key head's first head */
+};
+
+/* The conv of a block's channels for the row's T tokens. Group g of four
+ * channels: [0, K/4) q of the key head, [K/4, K/2) k, then the block's
+ * value rows. Threads take groups in order, so a head of q or k is K/4
+ * consecutive lanes of a warp as in prep_conv, and its norm adds in that
+ * order. A decode's q/k threads keep the advanced window in `window` and
+ * return true; its v threads store theirs at once. */
+template <int K, bool KDA, class Act>
+__device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs &in,
+                                          const step_place &p, step_token<K, KDA> *tok, float *v,
+                                          float (&window)[4][4], int32_t &channel)
+{
+    const dims &d = a.d;
+    const tile_job &j = p.j;
+    const int32_t keep = d.W - 1, T = a.tokens, rows = p.row_end - p.row_first;
+    const int32_t qk_groups = K / 2, groups = qk_groups + rows / 4;
+    Act *buffer = (Act *)in.conv + (j.cell * in.conv_rows) * d.D;
+    const Act *x = (const Act *)in.x + (int64_t)j.r * T * d.D;
+    uint8_t *records = in.records ? in.records + (int64_t)j.slot * in.slot_stride +
+                                        (int64_t)j.layer * in.layer_stride
+                                  : (uint8_t *)0;
+    bool finite = true, holds_qk = false;
+    /* Iteration 0 holds every q/k group (K / 2 <= 64 < blockDim.x), so its
+       shuffles have the whole warp; later ones only value rows. */
+    for (int32_t g = (int32_t)threadIdx.x, pass0 = 1; pass0 || g < groups;
+         g += (int32_t)blockDim.x, pass0 = 0) {
+        const bool live = g < groups, is_qk = g < qk_groups, is_q = g < K / 4;
+        const int32_t at = is_q ? 4 * g : is_qk ? 4 * (g - K / 4) : 4 * (g - qk_groups);
+        const int32_t c = is_q    ? p.key_head * K + at
+                          : is_qk ? d.H * K + p.key_head * K + at
+                                  : 2 * d.H * K + j.h * d.V + p.row_first + at;
+        const bool writer = live && (!is_qk || p.writes_qk);
+        float win[4][4];
+        conv_taps<4> taps;
+        conv_taps_load(d, in.conv_weight, in.conv_bias, c, live, taps);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (live && i < keep)
+                load4(buffer + (int64_t)i * d.D + c, win[i]);
+            else
+#pragma unroll
+                for (int ch = 0; ch < 4; ch++)
+                    win[i][ch] = 0.0f;
+        }
+        for (int32_t t = 0; t < T; t++) {
+            float now[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
+            if (live)
+                load4(x + (int64_t)t * d.D + c, now);
+#pragma unroll
+            for (int ch = 0; ch < 4; ch++)
+                finite = finite && isfinite(now[ch]);
+            float squares = conv_token<4, Act>(d, taps, win, now, value);
+            if (pass0)
+                squares = head_squares(live && is_qk ? squares : 0.0f, K);
+            if (in.stage && writer)
+                store4(buffer + (int64_t)(keep + t) * d.D + c, now);
+            if (!live)
+                continue;
+            uint8_t *record = records ? records + (int64_t)t * in.layout.bytes : (uint8_t *)0;
+            if (is_qk) {
+                float out[4];
+                head_normalize(value, squares, is_q ? d.query_scale : 1.0f, out);
+                store4((is_q ? tok[t].q : tok[t].k) + at, out);
+                if (record && !is_q && writer)
+                    store4((float *)(record + in.layout.k) + p.key_head * K + at, out);
+            } else {
+                store4(v + (int64_t)t * rows + at, value);
+                if (record)
+                    store4((Act *)(record + in.layout.v) + (int64_t)j.h * d.V + p.row_first + at,
+                           value);
+            }
+        }
+        if (in.stage || !live)
+            continue;
+        if (is_qk) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int ch = 0; ch < 4; ch++)
+                    window[i][ch] = win[i][ch];
+            channel = c;
+            holds_qk = true;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i < keep)
+                    store4(buffer + (int64_t)i * d.D + c, win[i]);
+        }
+    }
+    if (!finite)
+        raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_NONFINITE_INPUT);
+    return holds_qk;
+}
+
+/* The gates and beta of the block's value head for the row's T tokens
+ * (and their records, by the head's first block). */
+template <int K, bool KDA, class Act>
+__device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs &in,
+                                           const step_place &p, step_token<K, KDA> *tok)
+{
+    const dims &d = a.d;
+    const tile_job &j = p.j;
+    const int32_t count = KDA ? K : 1, T = a.tokens;
+    uint8_t *records = in.records && p.first == 0
+                           ? in.records + (int64_t)j.slot * in.slot_stride +
+                                 (int64_t)j.layer * in.layer_stride
+                           : (uint8_t *)0;
+    bool finite = true;
+    for (int32_t i = (int32_t)threadIdx.x; i < T * count; i += (int32_t)blockDim.x) {
+        int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
+        float raw = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
+        finite = finite && isfinite(raw);
+        float decay = ssm_expf(gate_log_decay(d, in.a_log, in.dt_bias, e, raw));
+        tok[t].decay[i % count] = decay;
+        if (records)
+            ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.decay))[e] = decay;
+    }
+    for (int32_t t = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x; t >= 0 && t < T;
+         t += (int32_t)blockDim.x) {
+        float raw = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
+        finite = finite && isfinite(raw);
+        tok[t].beta = ssm_sigmoid(raw);
+        if (records)
+            ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.beta))[j.h] =
+                tok[t].beta;
+    }
+    if (!finite)
+        raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_NONFINITE_INPUT);
+}
+
+/* A decode's last block of a key head writes that head's q and k window
+ * (see the top of this file). */
+template <class Act>
+__device__ __forceinline__ void step_window(const tile_args &a, const step_inputs &in,
+                                            const step_place &p, bool holds_qk,
+                                            const float (&window)[4][4], int32_t channel)
+{
+    __shared__ int32_t last_arrival;
+    if (threadIdx.x == 0) {
+        int32_t *count = in.arrivals + p.j.cell * a.d.H + p.key_head;
+        __threadfence(); /* the block's reads of the window are done (the barrier before) */
+        int32_t arrived = atomicAdd(count, 1) + 1;
+        last_arrival = arrived == a.d.group * p.per_head;
+        if (last_arrival)
+            atomicExch(count, 0);
+    }
+    __syncthreads();
+    if (!last_arrival || !holds_qk)
+        return;
+    __threadfence();
+    Act *buffer = (Act *)in.conv + (p.j.cell * in.conv_rows) * a.d.D + channel;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (i < a.d.W - 1)
+            store4(buffer + (int64_t)i * a.d.D, window[i]);
+}
+
+/* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
+ * threads, step_shared_bytes(T, a.passes * tile_rows(RPL) capped at V)
+ * of dynamic shared memory. a.tokens tokens a row, no history; the conv
+ * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
+ * native verify: STORE_EACH; compact verify: STORE_NONE with records. */
+template <int E, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
+                                                                       step_inputs in)
+{
+    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
+    const dims &d = a.d;
+    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
+    extern __shared__ __align__(16) uint8_t step_shared[];
+    const int32_t tiles = tiles_per_head(d.V, RPL);
+    step_place p;
+    p.per_head = tile_blocks_per_head(d.V, a.passes);
+    p.first = ((int32_t)blockIdx.x % p.per_head) * a.passes;
+    p.last = p.first + a.passes < tiles ? p.first + a.passes : tiles;
+    tile_job &j = p.j;
+    j.r = (int32_t)blockIdx.x / p.per_head;
+    j.layer = a.layer;
+    j.h = blockIdx.y;
+    j.slot = a.slots[j.r];
+    j.n_tokens = a.tokens;
+    bool reporter = p.first == 0 && j.h == 0 && threadIdx.x == 0;
+    if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
+        return;
+    j.cell = (int64_t)j.slot * a.layers + j.layer;
+    State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
+    tile_stage_async(stage[0], d, source, p.first);
+    copy_async_commit();
+
+    p.key_head = j.h / d.group;
+    p.writes_qk = p.first == 0 && j.h % d.group == 0;
+    p.row_first = p.first * tile_rows(RPL);
+    p.row_end = p.last * tile_rows(RPL) < d.V ? p.last * tile_rows(RPL) : d.V;
+    const int32_t rows = p.row_end - p.row_first;
+    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
+    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
+    float window[4][4];
+    int32_t channel = 0;
+    bool holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, window, channel);
+    step_gates<K, KDA, Act>(a, in, p, tok);
+    __syncthreads(); /* the window is read, tokens and v are in shared memory */
+    if (!in.stage)
+        step_window<Act>(a, in, p, holds_qk, window, channel);
+
+    for (int32_t tile = p.first; tile < p.last; tile++) {
+        int32_t k = tile - p.first;
+        if (tile + 1 < p.last)
+            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], d, source, tile + 1);
+        copy_async_commit(); /* possibly empty: keeps one group per tile */
+        copy_async_wait<SSM_TILE_STAGES - 1>();
+        head_tile<E, RPL, State> t;
+        tile_place(t, tile);
+        tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
+        for (int32_t i = 0; i < a.tokens; i++) {
+            token_regs<E, RPL, KDA> tk;
+            load_lane<E>(tok[i].k, t.sub, tk.k);
+            if constexpr (KDA)
+                load_lane<E>(tok[i].decay, t.sub, tk.decay);
+            else
+                tk.decay[0] = tok[i].decay[0];
+            tk.beta = tok[i].beta;
+#pragma unroll
+            for (int r = 0; r < RPL; r++) {
+                int32_t row = tile_row(t, r);
+                tk.v[r] = row < d.V ? v[(int64_t)i * rows + row - p.row_first] : 0.0f;
+            }
+            float o[RPL];
+            tile_token<E, RPL, KDA, State>(t, tk, a.out ? tok[i].q : (const float *)0, o,
+                                           a.layout);
+            if (a.out)
+                store_outputs((Act *)a.out + (((int64_t)j.r * a.tokens + i) * d.HV + j.h) * d.V,
+                              d, t, o);
+            if (a.store == STORE_EACH)
+                tile_store(t, d, state_head<State>(a, j.slot, j.layer, i, j.h));
+        }
+        if (a.store == STORE_FINAL)
+            tile_store(t, d, source);
+    }
+}
+
+} /* namespace ssm */
+#endif
