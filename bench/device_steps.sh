@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The step kernels' device run, in three calls of at most ten minutes each on
+# one warm machine (the build stays in .device/build between them):
+#
+#   bash bench/device_steps.sh test    build the release tarball, run the whole
+#                                      suite (the GPU mode tests run twice: with
+#                                      the prologue and with one-launch steps)
+#   bash bench/device_steps.sh bench   ssmstate bench with SSMSTATE_CUDA_ONE_LAUNCH
+#                                      0 and 1 side by side, and fla-core's
+#                                      recurrent kernels in the same call
+#   bash bench/device_steps.sh peers   the public ReplaySSM and fla kernels
+#                                      (.device/peers, .device/replayssm)
+#
+# The first call carries .device/ (release tarball, Debian packages and the
+# fla-core wheel as docs/bench.md lists them; peers/ holds the peer scripts and
+# replayssm/ the ReplaySSM kernels laid out by peers/setup_replayssm.sh). Logs
+# and JSON go to $OUT; a short table is printed last.
+set -uo pipefail
+root=$PWD
+out=${OUT:-$root/.device/out}
+mkdir -p "$out"
+stage=${1:-test}
+lib=$root/.device/sysroot/usr/lib/x86_64-linux-gnu
+build() { echo "$root"/.device/build/ssmstate-*/; }
+
+case "$stage" in
+test)
+    timeout 560 bash tests/gpu/device_check.sh >"$out/suite.txt" 2>&1
+    echo "suite: exit $?"
+    grep -E "^# (TOTAL|PASS|SKIP|FAIL|ERROR)|^(FAIL|ERROR): " "$out/suite.txt" | head -20
+    grep -hE "^(not ok|FAIL)" "$out"/gpu_modes*.log 2>/dev/null | head -20
+    ;;
+bench)
+    b=$(build)
+    export LD_LIBRARY_PATH="$lib" SSMSTATE_PLUGIN_PATH="$b/.libs"
+    fla=$out/fla_bench.json
+    timeout 200 python3 bench/fla_bench.py --out "$fla" >"$out/fla_bench.txt" 2>&1
+    echo "fla_bench: exit $?"
+    for one in 0 1; do
+        SSMSTATE_CUDA_ONE_LAUNCH=$one timeout 150 "$b/ssmstate" bench examples/qwen3-next.ini \
+            examples/kimi-linear.ini --state f32 --layers 1 --batches 1,64,128,256 \
+            --accepted 3 --samples 10 --fla "$fla" --json "$out/layer_one$one.json" --quiet \
+            >"$out/layer_one$one.txt" 2>&1
+        echo "layer one-launch=$one: exit $?"
+        SSMSTATE_CUDA_ONE_LAUNCH=$one timeout 90 "$b/ssmstate" bench examples/qwen3-next.ini \
+            --state f32 --layers chain --batches 1,256 --accepted 3 --samples 3 \
+            --json "$out/chain_one$one.json" --quiet >"$out/chain_one$one.txt" 2>&1
+        echo "chain one-launch=$one: exit $?"
+    done
+    for one in 0 1; do
+        echo "== one-launch $one"
+        grep -E "^==|^ *(decode|round a=3|copy) " "$out/layer_one$one.txt" | head -40
+    done
+    ;;
+peers)
+    fla_dir=/tmp/fla_pkg
+    mkdir -p "$fla_dir" && python3 -m zipfile -e .device/wheels/fla_core-*.whl "$fla_dir"
+    PYTHONUNBUFFERED=1 timeout 540 python3 .device/peers/anchor_replayssm.py \
+        --replayssm-path .device/replayssm --fla-path "$fla_dir" --groups copy,decode,spec \
+        --batches 256,128,64,1 --spec-T 4 --time-budget 480 --json "$out/replayssm.json" \
+        >"$out/replayssm.txt" 2>&1
+    echo "replayssm: exit $?"
+    tail -40 "$out/replayssm.txt"
+    ;;
+*)
+    echo "usage: $0 test|bench|peers" >&2
+    exit 2
+    ;;
+esac
