@@ -5,9 +5,10 @@
 #   bash bench/device_steps.sh test    build the release tarball, run the whole
 #                                      suite (the GPU mode tests run twice: with
 #                                      the prologue and with one-launch steps)
-#   bash bench/device_steps.sh bench   ssmstate bench with SSMSTATE_CUDA_ONE_LAUNCH
-#                                      0 and 1 side by side, and fla-core's
-#                                      recurrent kernels in the same call
+#   bash bench/device_steps.sh bench   ssmstate bench with one-launch steps off,
+#                                      on, and on with the fast math
+#                                      (SSMSTATE_CUDA_ONE_LAUNCH, _FAST_MATH), and
+#                                      fla-core's recurrent kernels in the same call
 #   bash bench/device_steps.sh peers   the public ReplaySSM and fla kernels
 #                                      (.device/peers, .device/replayssm)
 #
@@ -36,20 +37,21 @@ bench)
     fla=$out/fla_bench.json
     timeout 200 python3 bench/fla_bench.py --out "$fla" >"$out/fla_bench.txt" 2>&1
     echo "fla_bench: exit $?"
-    for one in 0 1; do
-        SSMSTATE_CUDA_ONE_LAUNCH=$one timeout 150 "$b/ssmstate" bench examples/qwen3-next.ini \
-            examples/kimi-linear.ini --state f32 --layers 1 --batches 1,64,128,256 \
-            --accepted 3 --samples 10 --fla "$fla" --json "$out/layer_one$one.json" --quiet \
-            >"$out/layer_one$one.txt" 2>&1
-        echo "layer one-launch=$one: exit $?"
-        SSMSTATE_CUDA_ONE_LAUNCH=$one timeout 90 "$b/ssmstate" bench examples/qwen3-next.ini \
-            --state f32 --layers chain --batches 1,256 --accepted 3 --samples 3 \
-            --json "$out/chain_one$one.json" --quiet >"$out/chain_one$one.txt" 2>&1
-        echo "chain one-launch=$one: exit $?"
+    # variants: one-launch steps off/on, and on with the fast math
+    for v in 00 10 11; do
+        export SSMSTATE_CUDA_ONE_LAUNCH=${v:0:1} SSMSTATE_CUDA_FAST_MATH=${v:1:1}
+        timeout 120 "$b/ssmstate" bench examples/qwen3-next.ini examples/kimi-linear.ini \
+            --state f32 --layers 1 --batches 1,64,128,256 --accepted 3 --samples 10 \
+            --fla "$fla" --json "$out/layer_$v.json" --quiet >"$out/layer_$v.txt" 2>&1
+        echo "layer $v: exit $?"
+        timeout 60 "$b/ssmstate" bench examples/qwen3-next.ini --state f32 --layers chain \
+            --batches 1,256 --accepted 3 --samples 3 --json "$out/chain_$v.json" --quiet \
+            >"$out/chain_$v.txt" 2>&1
+        echo "chain $v: exit $?"
     done
-    for one in 0 1; do
-        echo "== one-launch $one"
-        grep -E "^==|^ *(decode|round a=3|copy) " "$out/layer_one$one.txt" | head -40
+    for v in 00 10 11; do
+        echo "== one-launch ${v:0:1}, fast math ${v:1:1}"
+        grep -E "^==|^ *(decode|round a=3|copy) " "$out/layer_$v.txt" | head -40
     done
     ;;
 peers)

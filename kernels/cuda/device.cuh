@@ -187,6 +187,10 @@ struct dims {
     bool has_lower_bound;
     float lower_bound;
     float query_scale; /* ssm_query_scale(K), computed on the host: the same bits */
+    /* The prologue's and the identity's exponentials, divisions and square
+     * roots through the hardware's approximations (prep.cuh's dev_* helpers)
+     * instead of kernels/math.h's CPU-identical ones. */
+    bool fast_math;
 };
 
 inline dims make_dims(const ssm_model_dims &m)
@@ -204,6 +208,7 @@ inline dims make_dims(const ssm_model_dims &m)
     d.has_lower_bound = m.has_lower_bound != 0;
     d.lower_bound = m.lower_bound;
     d.query_scale = ssm_query_scale(m.key_dim);
+    d.fast_math = false;
     return d;
 }
 

@@ -135,7 +135,7 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
             uint8_t *record = records ? records + (int64_t)t * in.layout.bytes : (uint8_t *)0;
             if (is_qk) {
                 float out[4];
-                head_normalize(value, squares, is_q ? d.query_scale : 1.0f, out);
+                head_normalize(d, value, squares, is_q ? d.query_scale : 1.0f, out);
                 store4((is_q ? tok[t].q : tok[t].k) + at, out);
                 if (record && !is_q && writer)
                     store4((float *)(record + in.layout.k) + p.key_head * K + at, out);
@@ -186,7 +186,7 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
         float raw = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
         finite = finite && isfinite(raw);
-        float decay = ssm_expf(gate_log_decay(d, in.a_log, in.dt_bias, e, raw));
+        float decay = dev_expf(d, gate_log_decay(d, in.a_log, in.dt_bias, e, raw));
         tok[t].decay[i % count] = decay;
         if (records)
             ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.decay))[e] = decay;
@@ -195,7 +195,7 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
          t += (int32_t)blockDim.x) {
         float raw = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
         finite = finite && isfinite(raw);
-        tok[t].beta = ssm_sigmoid(raw);
+        tok[t].beta = dev_sigmoid(d, raw);
         if (records)
             ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.beta))[j.h] =
                 tok[t].beta;

@@ -170,7 +170,7 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
             for (int x = 0; x < 4; x++) {
                 float w = k[j][x];
                 if (KDA)
-                    w *= ssm_expf((gs[p * d.K + c + x] - s[KDA ? j : 0][x]) +
+                    w *= dev_expf(d, (gs[p * d.K + c + x] - s[KDA ? j : 0][x]) +
                                   (ge[p * d.K + c + x] - e[KDA ? j : 0][x]));
                 ak = fmaf(w, kp4[x], ak);
                 aq = fmaf(w, qp4[x], aq);
@@ -178,7 +178,7 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
         }
         float wkp = group_sum(ak), wqp = group_sum(aq);
         if (!KDA) {
-            float decay = ssm_expf((gs[p] - s0) + (ge[p] - e0));
+            float decay = dev_expf(d, (gs[p] - s0) + (ge[p] - e0));
             wkp *= decay;
             wqp *= decay;
         }
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
             if (KDA) {
                 gs[i] = sum[KDA ? j : 0];
                 ge[i] = error[KDA ? j : 0];
-                float decay = ssm_expf(sum[KDA ? j : 0] + error[KDA ? j : 0]);
+                float decay = dev_expf(d, sum[KDA ? j : 0] + error[KDA ? j : 0]);
                 kd[i] = decay * k[j];
                 qd[i] = decay * q[j];
             }
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     float un[MAXT];
 #pragma unroll
     for (int p = 0; p < MAXT; p++) {
-        float decay0 = KDA || p >= T ? 1.0f : ssm_expf(gs[p] + ge[p]);
+        float decay0 = KDA || p >= T ? 1.0f : dev_expf(d, gs[p] + ge[p]);
         sk[p] *= decay0;
         sq[p] *= decay0;
     }

@@ -129,8 +129,42 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_
 }
 
 /* ------------------------------------------------- the per-token math
- * What the prologue computes for a token, shared with the fused decode
+ * What the prologue computes for a token, shared with the one-launch step
  * kernel (fused.cuh) so the two give the same bits. */
+
+/* The transcendental functions of a step on the GPU. By default
+ * kernels/math.h's, built from IEEE operations, which give the CPU's bits;
+ * with dims.fast_math the hardware's approximations (ex2.approx through
+ * __expf, __fdividef, __logf, rsqrtf: a few ulps), which the numerics
+ * contract allows on the GPU. Every mode's kernels call these same helpers,
+ * so modes agree bit for bit either way. */
+__device__ __forceinline__ float dev_expf(const dims &d, float x)
+{
+    return d.fast_math ? __expf(x) : ssm_expf(x);
+}
+
+__device__ __forceinline__ float dev_sigmoid(const dims &d, float x)
+{
+    /* __fdividef(1, y) is 0 for y past 2^126, as 1 / y rounds to there. */
+    return d.fast_math ? __fdividef(1.0f, 1.0f + __expf(-x)) : ssm_sigmoid(x);
+}
+
+__device__ __forceinline__ float dev_silu(const dims &d, float x)
+{
+    return d.fast_math ? x * dev_sigmoid(d, x) : ssm_silu(x);
+}
+
+__device__ __forceinline__ float dev_softplus(const dims &d, float x)
+{
+    if (!d.fast_math)
+        return ssm_softplus(x);
+    return x > 20.0f ? x : __logf(1.0f + __expf(x));
+}
+
+__device__ __forceinline__ float dev_l2_inv(const dims &d, float sum_of_squares)
+{
+    return d.fast_math ? rsqrtf(sum_of_squares + 1e-6f) : ssm_l2_inv(sum_of_squares);
+}
 
 /* The conv taps of channels [c, c + 4): weight[i][ch] for tap i (zero past
  * W, or everywhere when the channels are not live) and the bias. */
@@ -196,7 +230,7 @@ __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH
         for (int i = 0; i < WIDTH; i++)
             if (i < d.W)
                 acc += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
-        value[ch] = round_to((const Act *)0, ssm_silu(acc));
+        value[ch] = round_to((const Act *)0, dev_silu(d, acc));
         squares += value[ch] * value[ch];
     }
 #pragma unroll
@@ -224,10 +258,10 @@ __device__ __forceinline__ float head_squares(float squares, int32_t K)
 
 /* q or k of four channels normalized by their head's sum of squares, and
  * scaled (q by K^-0.5, k by 1). */
-__device__ __forceinline__ void head_normalize(const float (&value)[4], float squares, float scale,
-                                               float (&out)[4])
+__device__ __forceinline__ void head_normalize(const dims &d, const float (&value)[4],
+                                               float squares, float scale, float (&out)[4])
 {
-    float inv = ssm_l2_inv(squares);
+    float inv = dev_l2_inv(d, squares);
 #pragma unroll
     for (int ch = 0; ch < 4; ch++)
         out[ch] = (value[ch] * inv) * scale;
@@ -239,8 +273,15 @@ __device__ __forceinline__ float gate_log_decay(const dims &d, const float *a_lo
                                                 const float *dt_bias, int32_t e, float in)
 {
     int32_t h = d.kda ? e / d.K : e;
-    return d.kda ? ssm_kda_gate(a_log[h], in, dt_bias[e], d.has_lower_bound, d.lower_bound)
-                 : ssm_gdn_gate(a_log[h], in, dt_bias[h]);
+    if (!d.fast_math)
+        return d.kda ? ssm_kda_gate(a_log[h], in, dt_bias[e], d.has_lower_bound, d.lower_bound)
+                     : ssm_gdn_gate(a_log[h], in, dt_bias[h]);
+    /* kernels/math.h's op order, with the helpers' functions. */
+    float bias = d.kda ? dt_bias[e] : dt_bias[h];
+    if (d.kda && d.has_lower_bound)
+        return ssm_gate_floor(d.lower_bound *
+                              dev_sigmoid(d, dev_expf(d, a_log[h]) * (in + bias)));
+    return ssm_gate_floor(-(dev_expf(d, a_log[h]) * dev_softplus(d, in + bias)));
 }
 
 /* ------------------------------------------------------------ the kernel */
@@ -295,7 +336,7 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
         uint8_t *record = place.at(t);
         if (normalized) {
             float out[4];
-            head_normalize(value, squares, c < qk ? d.query_scale : 1.0f, out);
+            head_normalize(d, value, squares, c < qk ? d.query_scale : 1.0f, out);
             if (c < qk)
                 store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
                            c,
@@ -340,7 +381,7 @@ __device__ void prep_gate(const prep_args &a, int32_t slot, int32_t r, int32_t f
         float in = load(gate + input_token(a, r, t) * d.GW + e);
         finite = finite && isfinite(in);
         float g = gate_log_decay(d, a.a_log, a.dt_bias, e, in);
-        ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : ssm_expf(g);
+        ((float *)(record + a.layout.decay))[e] = a.log_decay ? g : dev_expf(d, g);
         if (!a.ring_n)
             continue;
         if (t == 0 && !place.previous) {
@@ -369,7 +410,7 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t f
     for (int32_t t = first; t < end; t++) {
         float in = load(beta + input_token(a, r, t) * a.d.HV + h);
         finite = finite && isfinite(in);
-        ((float *)(place.at(t) + a.layout.beta))[h] = ssm_sigmoid(in);
+        ((float *)(place.at(t) + a.layout.beta))[h] = dev_sigmoid(a.d, in);
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
