@@ -684,14 +684,17 @@ inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 gr
 }
 
 /* Tiles a block runs in a one-launch step: a decode takes tile_passes()'s
- * choice; a verify runs whole heads when the batch gives every SM
- * SSM_TILE_HEADS_PER_SM of them (its tokens' q and k are then computed
- * once a head, not once a tile), else one tile a block. */
+ * choice; a verify runs whole heads once the batch gives every SM
+ * SSM_STEP_HEADS_PER_SM of them (a wave of resident blocks; its tokens' q
+ * and k are then computed once a head, not once a tile, which at T tokens
+ * costs more than a decode's one), else one tile a block. Never changes a
+ * bit. */
+#define SSM_STEP_HEADS_PER_SM 4
 inline int32_t step_passes(const gpu_common &g, const tile_args &a)
 {
     if (a.tokens == 1)
         return tile_passes(g, a, a.rows);
-    if (g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_TILE_HEADS_PER_SM)
+    if (g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_STEP_HEADS_PER_SM)
         return 1;
     return tiles_per_head(a.d.V, SSM_TILE_RPL);
 }
