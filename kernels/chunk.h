@@ -1,9 +1,9 @@
-/* The chunked form of the recurrence (SPEC 2.2 and 2.4, issue 5): a run of
+/* The chunked form of the recurrence (docs/prefill.md): a run of
  * tokens of one value head, processed in chunks of up to `chunk` tokens.
  * Within a chunk of c tokens starting from the state S0 ([V][K]), with G_t
  * the log-decay summed from the chunk's first token to token t (one value
  * for GDN, one per key channel for KDA) and D_ti = e^{G_t - G_i}, always
- * formed from the difference (SPEC 2.4):
+ * formed from the difference, never as a ratio of exponentials:
  *
  *   A[t][i] = beta_t sum_c D_ti[c] k_i[c] k_t[c]   (i < t)
  *   T       = (I + A)^-1                           (unit lower triangular)
@@ -15,8 +15,8 @@
  * ("." scales per key channel; for GDN by one factor.) In exact arithmetic
  * this is the sequential update token by token; in fp32 it differs by
  * rounding, and the state is rounded to the state dtype at each chunk's end
- * rather than after every token, so SPEC 3.5 compares it with the fp64
- * reference at 5e-3 (chunked prefill), not bit for bit. It is the
+ * rather than after every token, so the numerics contract compares it with
+ * the fp64 reference at 5e-3 (chunked prefill), not bit for bit. It is the
  * algorithm a tensor-core prefill runs (T, W and U are dense products);
  * here it is plain fp32 loops, testable without a GPU. */
 #ifndef SSM_KERNELS_CHUNK_H
@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-/* The chunk length of the prefill (SPEC's 64 tokens). */
+/* The chunk length of the prefill: 64 tokens. */
 #define SSM_CHUNK_TOKENS 64
 
 /* One value head's tokens: token t's key-head vectors at q + t * qk_stride
@@ -62,7 +62,8 @@ int64_t ssm_chunk_sequence_scratch_floats(const ssm_model_dims *m);
  * SSM_CHUNK_TOKENS; outputs token-major to io->out (act dtype), the state
  * ([HV][V][K], state dtype) and the window ([W-1][D]) updated in place. The
  * tokens are prepared (conv, normalization, gates) exactly as the reference
- * prepares them; only the recurrence differs, by SPEC 3.5's chunked bound. */
+ * prepares them; only the recurrence differs, by the contract's chunked bound
+ * (docs/numerics.md). */
 void ssm_chunk_sequence(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
                         const ssm_layer_weights *w, void *window, void *state,
                         const ssm_step_io *io, int64_t n, float *scratch);

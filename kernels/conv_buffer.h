@@ -1,4 +1,4 @@
-/* The conv window as every mode keeps it (SPEC 3.1): per (slot, layer) a
+/* The conv window as every mode keeps it (docs/modes.md): per (slot, layer) a
  * buffer of W-1 window rows followed by T_max tail rows. A verify stages its
  * T inputs in the tail, so the conv of its tokens reads [window; tail], and a
  * commit of `a` shifts the buffer by a rows: the window is then exactly the

@@ -1,5 +1,6 @@
-/* Scalar math of SPEC 2.2, shared by the CPU reference and every CUDA kernel
- * so that both evaluate the same operations in the same order. All fp32.
+/* Scalar math of the recurrence (docs/numerics.md), shared by the CPU
+ * reference and every CUDA kernel so that both evaluate the same operations
+ * in the same order. All fp32.
  *
  * Host and device agree bit for bit on everything here, because everything
  * is built from IEEE-rounded operations only (bf16 conversion, +, -, *, /,
@@ -12,7 +13,7 @@
  * with one implementation, CPU and GPU get the same conv outputs and gates,
  * bit for bit, and differ in the order of their sums: the L2 norm's sum of
  * squares (the GPU's butterfly over a head's lanes), then the recurrence's
- * (SPEC 3.5). */
+ * (docs/numerics.md). */
 #ifndef SSM_KERNELS_MATH_H
 #define SSM_KERNELS_MATH_H
 

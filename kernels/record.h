@@ -1,5 +1,6 @@
 /* A token record: exactly what the one-token update consumes, kept so that
- * replaying it reproduces the update bit for bit (SPEC 3.3, 3.4): the
+ * replaying it reproduces the update bit for bit (compact's commit, replay's
+ * folds): the
  * post-conv k (before normalization) and v as the conv produced them, in the
  * activation dtype (they were rounded to it, so nothing is lost), and the gate
  * g and beta in fp32 as computed from the raw inputs. Normalizing k again with

@@ -1,4 +1,4 @@
-/* CPU reference of SPEC section 2; the contracts are in reference.h. Scalar
+/* CPU reference of the computation (docs/numerics.md); the contracts are in reference.h. Scalar
  * math comes from kernels/math.h so the CUDA kernels share its op order. */
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* CPU reference of SPEC section 2: the oracle every mode and every kernel is
+/* CPU reference of the computation (docs/numerics.md): the oracle every mode and every kernel is
  * measured against, and the CPU path of every plugin. All arithmetic is fp32
- * with the rounding points of SPEC 2.3:
+ * with these rounding points:
  *   - the conv output (after SiLU) is rounded to the activation dtype;
  *   - q and k are normalized in fp32 from those rounded values;
  *   - after each token the state is rounded to the state dtype; the token's
@@ -51,7 +51,7 @@ void ssm_ref_conv_token(const ssm_model_dims *m, ssm_dtype act, const ssm_layer_
 void ssm_ref_conv_window_advance(const ssm_model_dims *m, ssm_dtype act, void *window,
                                  const void *x, int64_t n);
 
-/* Splits c[D] into q, k, v and normalizes q and k per head (SPEC 2.2 step 2). */
+/* Splits c[D] into q, k, v and normalizes q and k per head. */
 void ssm_ref_split_normalize(const ssm_model_dims *m, const float *c, ssm_ref_token *tok);
 
 /* Normalizes one head vector of length K in place: x / sqrt(sum x^2 + 1e-6) * scale. */
@@ -67,7 +67,7 @@ void ssm_ref_prepare_token(const ssm_model_dims *m, ssm_dtype act, const ssm_lay
                            const void *window, const ssm_step_io *io, int64_t t,
                            float *c_scratch, ssm_ref_token *tok);
 
-/* The one-token update of one value head (SPEC 2.2 step 4) on an fp32 head
+/* The one-token update of one value head on an fp32 head
  * state S[V][K]: decay, delta rule, output o[V] (if o != NULL) from the fp32
  * state, then S rounded to state_dtype in place. g points at 1 value (GDN) or
  * K values (KDA). q, k are the key head's vectors. */

@@ -1,4 +1,4 @@
-/* Replay outputs (SPEC 2.4); the contracts are in replay.h. All arithmetic is
+/* Replay outputs through the replay identity; the contracts are in replay.h. All arithmetic is
  * fp32, loops ascend, and the history sums run oldest record first. */
 #include <math.h>
 #include <string.h>
@@ -81,7 +81,7 @@ static gate_sum record_gate(const replay_view *w, int32_t i, int32_t h)
  * rounding of every addition before record i, so their difference is exact
  * to within the additions between i and p; the error terms carry those.
  * Without them a long history (|G| in the hundreds) would blur the decay of
- * recent records by |G| * 2^-24, near SPEC 3.5's 1e-5 at L = 1024. */
+ * recent records by |G| * 2^-24, near the contract's 1e-5 at L = 1024. */
 static float gate_gap(gate_sum p, gate_sum i, int32_t c)
 {
     return (p.sum[c] - i.sum[c]) + (p.error[c] - i.error[c]);

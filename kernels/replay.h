@@ -1,4 +1,4 @@
-/* The replay identity of SPEC 2.4 on the CPU: outputs of new tokens from a
+/* The replay identity on the CPU (docs/modes.md): outputs of new tokens from a
  * checkpoint S0 and the records appended since it, without writing any state.
  *
  * With G_i = g_1 + ... + g_i (own gate included) and u_i the delta-rule value
@@ -10,7 +10,7 @@
  * k-contraction. Every decay is expf of a difference G_p - G_i <= 0, never a
  * ratio of two exponentials, so nothing overflows however long the history.
  * S0 is read in the state dtype and widened; nothing in between is rounded,
- * which is why replay outputs match native's within SPEC 3.5's tolerance and
+ * which is why replay outputs match native's within the contract's tolerance and
  * not bit for bit. Exactness lives in the fold: the raw part of each record
  * goes through ssm_record_apply, the update native runs.
  *

@@ -1,4 +1,4 @@
-/* The chunked recurrence of kernels/chunk.h on the GPU (issue 5): the same
+/* The chunked recurrence of kernels/chunk.h on the GPU: the same
  * algebra, step for step, so that the CPU form in kernels/chunk.c is its
  * tested statement. One block per (row, value head, tile of
  * SSM_CHUNK_ROWS value rows) runs the row's tokens chunk after chunk of up
@@ -8,7 +8,7 @@
  *      key channel for KDA) and beta v of the tile's rows are staged;
  *   b. A[t][i] = beta_t sum_c D_ti[c] k_i[c] k_t[c] and the output weights
  *      QK[t][i] = sum_c D_ti[c] k_i[c] q_t[c], one (t, i) pair per warp,
- *      D_ti = e^{G_t - G_i} from the difference (SPEC 2.4);
+ *      D_ti = e^{G_t - G_i} from the difference;
  *   c. q_t becomes e^{G_t} q_t, k_i becomes beta_i e^{G_i} k_i, and
  *      X_i = e^{G_last - G_i} k_i;
  *   d. T = (I + A)^-1 by forward substitution, row after row;
@@ -18,10 +18,11 @@
  *
  * Every sum runs in fp32 in the order of chunk.c where one thread owns it
  * (b's over key channels are spread over a warp), so GPU and CPU differ by
- * rounding only, and both from the fp64 token-by-token recurrence by SPEC
- * 3.5's chunked bound. The parts that do not depend on the value rows (b to
- * e's W) are computed by every tile of a head; this first form runs them on
- * CUDA cores, not tensor cores (docs/prefill.md). */
+ * rounding only, and both from the fp64 token-by-token recurrence by the
+ * numerics contract's chunked bound (docs/numerics.md). The parts that do
+ * not depend on the value rows (b to e's W) are computed by every tile of a
+ * head; this first form runs them on CUDA cores, not tensor cores
+ * (docs/prefill.md). */
 #ifndef SSM_KERNELS_CUDA_CHUNK_CUH
 #define SSM_KERNELS_CUDA_CHUNK_CUH
 

@@ -1,4 +1,4 @@
-/* The chunked recurrence of kernels/chunk.h on tensor cores (issue 5), in
+/* The chunked recurrence of kernels/chunk.h on tensor cores, in
  * two kernels over a work buffer of one record per (row, chunk, value head):
  *
  * 1. chunk_prepare_kernel, one block per (chunk, value head, row), every
@@ -15,13 +15,13 @@
  * The dense products run on tensor cores (mma_tf32.cuh: TF32 mma.m16n8k8,
  * fp32 accumulation), each as three (3xTF32: the operands split into a
  * TF32 part and the rest), close to fp32, so CPU and CUDA stay within
- * SPEC 3.5's 1e-5 for an fp32 state (docs/prefill.md has the measured
+ * the contract's 1e-5 for an fp32 state (docs/prefill.md has the measured
  * distances). One TF32 product was tried and dropped: with a bf16 state a
  * long KDA prefill (lower-bound gate) came within 1.0e-2 of the CPU's, past
- * the 7e-3 that SPEC 3.5's chunked and recurrent bounds leave between
+ * the 7e-3 that the contract's chunked and recurrent bounds leave between
  * them.
  *
- * Decays are formed from differences (SPEC 2.4). With a per-channel gate
+ * Decays are formed from differences. With a per-channel gate
  * (KDA) the decay of a pair does not factor out of the sum over channels:
  * the operands of a row block of 16 tokens are scaled around the token r
  * before it, k_t e^{G_t - G_r} and k_i e^{G_r - G_i}; below the diagonal

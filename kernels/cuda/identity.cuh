@@ -1,4 +1,4 @@
-/* Replay outputs through SPEC 2.4's identity on the GPU (fp32 checkpoint):
+/* Replay outputs through the replay identity on the GPU (fp32 checkpoint):
  * the checkpoint S0 is read once, never written here, and each new token p
  * of a row gets
  *   r_p = e^{G_p} S0 k_p + sum_{i<p}  w^k_{ip} u_i,  u_p = beta_p (v_p - r_p),

@@ -1,5 +1,5 @@
-/* The prologue of every step on the GPU: per row and token, SPEC 2.2 steps
- * 1 to 3 done once, so that no recurrence warp repeats them: the short conv
+/* The prologue of every step on the GPU: per row and token, the conv, norms
+ * and gates, done once so that no recurrence warp repeats them: the short conv
  * over the slot's conv buffer (output rounded to the activation dtype), the
  * L2 normalization of q and k per head (q also scaled by K^-0.5), and the
  * gates. It writes one token record per token (device.cuh's layout: k
@@ -16,8 +16,9 @@
  * so the buffer needs no other synchronization: verify stages its inputs in
  * the buffer's tail (commit shifts them in, commit.cuh); decode and prefill
  * advance the window in place. Every token's arithmetic is the same whatever
- * the grouping, so the bits are too. A head is K / 4 lanes of one warp, so the per-head sums of squares are a butterfly
- * over those lanes, the same order every time. Replay records also get
+ * the grouping, so the bits are too. A head is K / 4 lanes of one warp, so
+ * the per-head sums of squares are a butterfly over those lanes, the same
+ * order every time. Replay records also get
  * the running gate sum G with Knuth's two-sum error term, as
  * kernels/replay.c computes it. */
 #ifndef SSM_KERNELS_CUDA_PREP_CUH
@@ -86,7 +87,7 @@ __device__ __forceinline__ int64_t input_token(const prep_args &a, int32_t r, in
 /* Whether a replay step of T tokens folds first. The fold happens inside
  * the step's recurrence kernel, after this step's records were appended, so
  * they must land past the history they are folded from: the ring keeps
- * n <= L - T_max at every step (n + T + T_max > L folds, the SPEC 3.4 rule
+ * n <= L - T_max at every step (n + T + T_max > L folds, replay's rule
  * n + 2T > L for full-width verifies; a decode folds at n = L - T_max).
  * After a fold the new records start a fresh gate sum. */
 __device__ __forceinline__ bool ring_folds(int32_t n, int32_t tokens, int32_t max_tokens,

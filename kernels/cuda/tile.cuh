@@ -1,4 +1,4 @@
-/* The one-token update of SPEC 2.2 step 4 on the GPU, and the kernel every
+/* The one-token update of the recurrence on the GPU, and the kernel every
  * mode runs it through.
  *
  * Layout. SSM_ROW_LANES (8) lanes share one value row: lane `sub` of the
@@ -15,7 +15,7 @@
  *
  * Per token: decay, recall, delta, output from the fp32 state, then
  * rounding to the state dtype. The products accumulate through fmaf: one
- * rounding per term (the CPU reference rounds twice; SPEC 3.5 compares CPU
+ * rounding per term (the CPU reference rounds twice; the numerics contract compares CPU
  * and GPU by tolerance for that reason). Native's verify and decode,
  * compact's verify and commit, replay's folds and its exact outputs all
  * call tile_token() with this layout, so they produce the same bits.
@@ -206,7 +206,7 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
     }
 }
 
-/* SPEC 2.2 step 4 on this lane's rows: decay, recall, delta; the output
+/* The update on this lane's rows: decay, recall, delta; the output
  * o[i] = S_i . q from the fp32 state when q (the token's normalized, scaled
  * q of this key head) is not NULL; then the state rounded to the state
  * dtype. The one update every mode runs. q is read only after the update,

@@ -1,4 +1,4 @@
-/* The compact mode on the GPU (SPEC 3.3): verify writes records and outputs
+/* The compact mode on the GPU (docs/modes.md): verify writes records and outputs
  * from the state without writing it; commit applies the accepted records of
  * every layer in one launch, through tile_token like native's update, and
  * the conv windows move in blocks of that same launch (tile.cuh). */

@@ -1,4 +1,4 @@
-/* The native mode on the GPU (SPEC 3.2): verify writes the state after token
+/* The native mode on the GPU (docs/modes.md): verify writes the state after token
  * t into snapshot t, commit moves the device-side current index, decode and
  * prefill update the current snapshot in place. */
 #include "kernels/cuda/launch.cuh"

@@ -1,11 +1,11 @@
-/* The replay mode on the GPU (SPEC 3.4). Per (slot, layer): the checkpoint,
+/* The replay mode on the GPU (docs/modes.md). Per (slot, layer): the checkpoint,
  * a ring of L records with a start and a count n (both on the device, so a
  * step never asks the host), and the conv buffer every mode keeps.
  *
  * A step appends its T records after the history (prep.cuh) and computes the
  * outputs without writing the checkpoint: by re-running the history through
- * native's update (outputs = exact, tile_kernel) or through SPEC 2.4's
- * identity (identity.cuh). When n + T + T_max > L (ring_folds; SPEC 3.4's
+ * native's update (outputs = exact, tile_kernel) or through the replay
+ * identity (identity.cuh). When n + T + T_max > L (ring_folds; the rule
  * n + 2T > L at full width) the step folds first, in its own kernel (exact)
  * or in a fold job just before the identity's (tile_kernel's HISTORY_FOLD):
  * it applies the n committed records and stores the checkpoint, and the
