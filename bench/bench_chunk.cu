@@ -1,4 +1,4 @@
-/* Times the GPU's chunked recurrence alone on issue 5's prefill shapes:
+/* Times the GPU's chunked recurrence alone on the prefill benchmark's shapes:
  * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
  * 32), 1 x 4096 and 8 x 1024 tokens and a variable-length batch of 8
  * rows (8192 tokens, 256 to 2048 a row), one layer. Forms: chunk_tc.cuh's pair

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fla-core peer benchmark for ssmstate (issue 4, SPEC section 8).
+"""fla-core peer benchmark for ssmstate.
 
 Times fla-core's recurrent Triton kernels (PyPI `fla-core`) at the shapes of the C benchmark so that
 its table can be joined against this one (keys model, batch, tokens, plus variant):
@@ -24,7 +24,7 @@ Timing: warm-up, then CUDA-graph replay for B <= --graph-max-batch (plain launch
 repetition sits behind a GPU sleep kernel so host launch cost stays out; median of --reps
 (>= 50) torch.cuda.Event intervals. No L2 flush: rows whose state footprint fits in L2 (~50 MB,
 small B) are marked 'L2' and measure the cache, not HBM. Before timing, each variant is checked
-once (B=2) against an fp32 torch reference of SPEC 2.2. Failures are printed and the run goes
+once (B=2) against an fp32 torch reference of the recurrence. Failures are printed and the run goes
 on (exit 0).
 Usage: python3 bench/fla_bench.py [--out FILE.json] [--quick]   (from the repository root)
 fla-core comes from the environment, else from .device/wheels/fla_core-*.whl, installed offline into
@@ -106,7 +106,7 @@ def inputs(model, B, T, dev):
 
 
 def reference(model, x, T):
-    """fp32 torch recurrence of SPEC 2.2 steps 2-4 from the same inputs: (o [B,T,HV,V], [S after token t])."""
+    """fp32 torch recurrence (norms, gates, update) from the same inputs: (o [B,T,HV,V], [S after token t])."""
     H, HV, K, V = SHAPES[model]
     q, k = (x[n].float().repeat_interleave(HV // H, dim=2) for n in "qk")  # key head h // (HV/H)
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * K ** -0.5

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fla-core's chunked prefill kernels on issue 5's shapes, for bench/bench_chunk.cu to be read against.
+"""fla-core's chunked prefill kernels on the prefill benchmark's shapes, for bench/bench_chunk.cu to be read against.
 
 Times chunk_gated_delta_rule (Qwen3-Next: H 16, HV 32, K = V = 128) and chunk_kda (Kimi-Linear:
 H = HV = 32) on 1 x 4096 and 8 x 1024 tokens and bench_chunk.cu's variable-length batch (8 rows,
