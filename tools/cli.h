@@ -23,6 +23,7 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv); /* cmd_bench.c: exits 77 without a GPU */
 int cmd_inspect(int argc, char **argv); /* cmd_inspect.c: a state page's header */
 int cmd_serve(int argc, char **argv); /* cmd_serve.c: the streamed serving benchmark */
+int cmd_conform(int argc, char **argv); /* cmd_conform.c: the conformance suite */
 
 /* `run CONFIG --modes LIST` (cmd_run_modes.c): LIST is "all" or mode names
  * separated by commas. */

@@ -29,6 +29,8 @@ static const char usage_text[] =
     "                                      the GPU against a copy (docs/bench.md)\n"
     "  serve CONFIG...                     streamed serving benchmark: concurrency,\n"
     "                                      tokens/s and memory per mode (docs/serve.md)\n"
+    "  conform PLUGIN.so|MODE [OPTIONS]    the conformance suite every state mode\n"
+    "                                      must pass (docs/abi.md)\n"
     "\n"
     "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
 
@@ -123,6 +125,7 @@ int main(int argc, char **argv)
         {"bench", cmd_bench},
         {"serve", cmd_serve},
         {"inspect", cmd_inspect},
+        {"conform", cmd_conform},
     };
 
     if (argc < 2) {
@@ -142,7 +145,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (usage: ssmstate plugins|check|run|bench|serve|inspect "
-                    "...; see 'ssmstate --help')",
+    return cli_fail("unknown command '%s' (usage: ssmstate "
+                    "plugins|check|run|bench|serve|inspect|conform ...; see 'ssmstate --help')",
                     argv[1]);
 }

@@ -46,12 +46,12 @@ START_TEST(test_plugin_loads)
         variant |= VARIANT_ACT_F32;
     if (!(mine->capabilities & SSM_CAP_STATE_F32))
         variant |= VARIANT_STATE_BF16;
-    ck_assert_msg(session_open(&s, variant, SALT, 1), "%s: no variant is supported", mine->path);
+    ck_assert_msg(conform_session_open(&s, variant, SALT, 1), "%s: no variant is supported", mine->path);
     const char *path = ssm_ctx_plugin_path(s.ctx);
     ck_assert_msg(path && strcmp(path, mine->path) == 0,
                   "the context loaded %s, the search path lists %s", path ? path : "(null)",
                   mine->path);
-    session_close(&s);
+    conform_session_close(&s);
     free(infos);
 }
 END_TEST
@@ -63,12 +63,12 @@ END_TEST
 START_TEST(test_random_session)
 {
     session s;
-    if (!session_open(&s, _i, SALT, 1))
+    if (!conform_session_open(&s, _i, SALT, 1))
         return;
     session_start(&s);
     for (int k = 0; k < 30; k++)
         op_random(&s, 1);
-    session_close(&s);
+    conform_session_close(&s);
 }
 END_TEST
 
@@ -77,7 +77,7 @@ END_TEST
 START_TEST(test_many_rounds)
 {
     session s;
-    if (!session_open(&s, _i, SALT, 1))
+    if (!conform_session_open(&s, _i, SALT, 1))
         return;
     session_start(&s);
     for (int k = 0; k < 70; k++) {
@@ -90,7 +90,7 @@ START_TEST(test_many_rounds)
         s.step++;
     }
     session_check_slots(&s);
-    session_close(&s);
+    conform_session_close(&s);
 }
 END_TEST
 
@@ -102,7 +102,7 @@ END_TEST
 START_TEST(test_export_read_only)
 {
     session s;
-    if (!session_open(&s, _i, SALT, 1))
+    if (!conform_session_open(&s, _i, SALT, 1))
         return;
     s.op = "export read-only";
     ssm_ctx *quiet = NULL;
@@ -171,7 +171,7 @@ START_TEST(test_export_read_only)
         test_snapshot_free(&y);
     }
     ssm_ctx_destroy(quiet);
-    session_close(&s);
+    conform_session_close(&s);
 }
 END_TEST
 
@@ -179,7 +179,7 @@ END_TEST
 static void run_error(int variant, uint64_t salt, void (*inject)(session *))
 {
     session s;
-    if (!session_open(&s, variant, salt, 2))
+    if (!conform_session_open(&s, variant, salt, 2))
         return;
     session_start(&s);
     for (int k = 0; k < 3; k++)
@@ -188,7 +188,7 @@ static void run_error(int variant, uint64_t salt, void (*inject)(session *))
     session_check_slots(&s);
     for (int k = 0; k < 2; k++)
         op_random(&s, 0);
-    session_close(&s);
+    conform_session_close(&s);
 }
 
 /* Variants for the error tests: both kinds, both state dtypes, both

@@ -79,9 +79,9 @@ typedef struct session {
  * layers. Returns 0 (after checking that ssm_ctx_create refuses it) when the
  * plugin does not declare a capability the variant needs; the test then has
  * nothing more to check. */
-int session_open(session *s, int variant, uint64_t salt, int32_t min_layers);
+int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_layers);
 /* Checks the whole-tensor output bound one last time and frees. */
-void session_close(session *s);
+void conform_session_close(session *s);
 
 /* The reference (reference.c). ref_open allocates for the session's dims;
  * ref_reset makes a slot's reference fresh; ref_check_row runs n tokens of
@@ -190,5 +190,10 @@ void error_random(session *s);
                       (s)->desc, (s)->op, (s)->step, #call, ssm_status_name(got_),            \
                       ssm_status_name(want), ssm_last_error());                               \
     } while (0)
+
+/* The suite's command line (main.c): `PLUGIN.so|MODE [key=value,...]` in
+ * argv[1] and argv[2], or the environment; the exit status of check_conformance
+ * and of `ssmstate conform`. */
+int conform_main(int argc, char **argv);
 
 #endif

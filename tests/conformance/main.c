@@ -67,7 +67,7 @@ static int target_from_path(const char *arg, char *dir, size_t dir_len, char *mo
     return 0;
 }
 
-int main(int argc, char **argv)
+int conform_main(int argc, char **argv)
 {
     static char dir[4096], mode[256];
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {

@@ -101,7 +101,7 @@ static uint64_t missing_capabilities(const session *s)
     return need & ~have;
 }
 
-int session_open(session *s, int variant, uint64_t salt, int32_t min_layers)
+int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_layers)
 {
     memset(s, 0, sizeof *s);
     s->op = "open";
@@ -155,7 +155,7 @@ int session_open(session *s, int variant, uint64_t salt, int32_t min_layers)
     return 1;
 }
 
-void session_close(session *s)
+void conform_session_close(session *s)
 {
     if (s->ctx) {
         s->op = "end";
