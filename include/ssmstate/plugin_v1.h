@@ -1,11 +1,15 @@
-/* ssmstate plugin ABI, version 1. FROZEN: never edit a published field.
+/* ssmstate plugin ABI, version 1. FROZEN: every struct, field, constant
+ * and method here, and the shared types of ssmstate/types.h they hold, stay
+ * as they are in every later release (tests/check_abi_frozen.c pins them).
+ * An addition is a new ABI version with its own header and entry symbol;
+ * the loader adapts older tables to it (docs/abi.md, "Freeze").
  *
  * A mode plugin is a shared module that exports exactly one symbol,
  * `ssm_plugin_entry_v1` (SSM_PLUGIN_V1_SYMBOL), a const ssm_plugin_v1.
  * The core dlopen()s the module, checks abi_version == 1 and
- * struct_size >= SSM_PLUGIN_V1_MIN_SIZE (the table of 0.1), reads entries
- * past a shorter table as NULL, and from then on calls only through the
- * table. A plugin never links against libssmstate: what it needs from the core
+ * struct_size >= SSM_PLUGIN_V1_MIN_SIZE (a table that ends with
+ * materialize), reads entries past a shorter table as NULL, and from then on
+ * calls only through the table. A plugin never links against libssmstate: what it needs from the core
  * (memory, logging, errors, flags) comes through the services table it is
  * handed at create().
  *
@@ -20,7 +24,9 @@
  * with a message; on error it must leave its state as it was.
  *
  * Methods that may be NULL say so; the core answers SSM_ERR_UNSUPPORTED for
- * them. New methods are appended in later ABI versions, never inserted. */
+ * them. Structs with a struct_size may be read shorter than this header
+ * declares (what they lack reads as 0 or NULL), so a plugin checks
+ * struct_size before it reads an optional field. */
 #ifndef SSMSTATE_PLUGIN_V1_H
 #define SSMSTATE_PLUGIN_V1_H
 
@@ -43,12 +49,12 @@ extern "C" {
 #define SSM_CAP_ACT_F32    (1ull << 6)
 #define SSM_CAP_ACT_BF16   (1ull << 7)
 #define SSM_CAP_PAGES      (1ull << 8) /* export_slot / import_slot / copy_slot work */
-/* 0.3: the plugin runs steps and commits with the update layout the core
+/* The plugin runs steps and commits with the update layout the core
  * hands it (ssm_step_v1.layout, ssm_commit_v1.layout; docs/tuning.md).
  * Without it the core hands every call layout 0. */
 #define SSM_CAP_LAYOUTS    (1ull << 9)
 
-/* 0.3, tuning (docs/tuning.md). Kernel families a launch choice is tuned
+/* Tuning (docs/tuning.md). Kernel families a launch choice is tuned
  * for, and batch-size buckets: bucket b holds batches of
  * (2^(b-1), 2^b] rows (bucket 0: one row), up to SSM_TUNE_BUCKETS - 1
  * (65536 rows, more than a launch takes). */
@@ -110,12 +116,12 @@ typedef struct ssm_services_v1 {
     void (*release_host)(void *core, void *ptr);
     /* Raises SSM_FLAG_* bits for a slot (host path; kernels use flag words). */
     void (*flag_slot)(void *core, int32_t slot, uint32_t flags);
-    /* Appended in 0.2 (check struct_size): CUDA contexts only, else NULL.
+    /* Optional (check struct_size): CUDA contexts only, else NULL.
      * Device memory, capacity + 1 words: word s holds slot s's SSM_FLAG_*
      * bits, word `capacity` the bits of rows whose slot lies outside the
      * pool. Kernels atomicOr into it; the core reads it for ssm_ctx_status. */
     uint32_t *device_flags;
-    /* Note (0.3): alloc and alloc_host may also be called from tune_begin,
+    /* Note: alloc and alloc_host may also be called from tune_begin,
      * for the tuning scratch, which tune_end releases. */
 } ssm_services_v1;
 
@@ -131,7 +137,7 @@ typedef struct ssm_step_v1 {
     const ssm_layer_weights *weights;
     ssm_step_io io;
     void *stream;                 /* cudaStream_t for CUDA contexts; NULL on the CPU */
-    /* Appended in 0.3 (check struct_size; absent reads as 0): the update
+    /* Optional (check struct_size; absent reads as 0): the update
      * layout (SSM_CAP_LAYOUTS). A verify's is its forward's (the ticket's),
      * a decode's the one chosen for its bucket, a prefill's 0. */
     uint32_t layout;
@@ -145,7 +151,7 @@ typedef struct ssm_commit_v1 {
     const int32_t *slots;     /* [rows] as verified */
     const int32_t *accepted;  /* [rows], each in [1, T] (padding rows ignored) */
     void *stream;
-    /* Appended in 0.3 (check struct_size; absent reads as 0): the layout of
+    /* Optional (check struct_size; absent reads as 0): the layout of
      * the forward's verify, from its ticket. A mode that replays verified
      * tokens at commit (compact) replays them with this layout, never a
      * fresh choice, so the state matches what the verify computed. */
@@ -162,7 +168,7 @@ typedef struct ssm_canonical_v1 {
     void *const *state;
 } ssm_canonical_v1;
 
-/* Appended in 0.2 (device pages, docs/pages.md): where one slot's canonical
+/* Device pages (docs/pages.md): where one slot's canonical
  * form lies in a page payload in device memory, for export_slots and
  * import_slots. Layer l starts at payload + l * layer_bytes. Its conv window
  * is W-1 rows of row_channels channels (activation dtype); row r holds the
@@ -182,7 +188,7 @@ typedef struct ssm_page_view_v1 {
     int64_t part_at[3];
 } ssm_page_view_v1;
 
-/* 0.3, tuning (docs/tuning.md). The launch candidates of one kernel family,
+/* Tuning (docs/tuning.md). The launch candidates of one kernel family,
  * by index; index 0 is the built-in choice. Names are short, stable words
  * ("blocks=6"): the cache file stores them. */
 typedef struct ssm_tune_family_v1 {
@@ -251,8 +257,8 @@ typedef struct ssm_plugin_v1 {
     /* Folds pending history into the state of each slot (NULL: nothing to fold). */
     ssm_status (*materialize)(void *instance, const int32_t *slots, int32_t count, void *stream);
 
-    /* Appended in 0.2 (check struct_size; the core reads a shorter table of
-     * 0.1 as if these were NULL). Batched page moves between slots and
+    /* Optional (the core reads a table that ends before them as if these
+     * were NULL). Batched page moves between slots and
      * pages in device memory, for ssm_slots_export_pages_device and
      * ssm_slots_import_pages_device; CUDA contexts only (a plugin may leave
      * them NULL, and answer SSM_ERR_UNSUPPORTED on a CPU context). Stream-
@@ -277,7 +283,8 @@ typedef struct ssm_plugin_v1 {
                                const ssm_page_view_v1 *views, const uint32_t *refused,
                                void *stream);
 
-    /* Appended in 0.3 (check struct_size; NULL: the mode is not tuned).
+    /* Optional (a table that ends before them, or NULL: the mode is not
+     * tuned).
      * Tuning, driven by the core outside any step (docs/tuning.md).
      * tune_space lists the families the instance can tune and their
      * candidates (count 0: nothing, e.g. a CPU context); the arrays stay
@@ -302,8 +309,7 @@ typedef struct ssm_plugin_v1 {
     ssm_status (*tune_apply)(void *instance, const ssm_tune_choice_v1 *choices, int32_t count);
 } ssm_plugin_v1;
 
-/* The table of 0.1 ended with materialize: the shortest table the core
- * accepts (struct_size of a plugin built before export_slots). */
+/* The shortest table the core accepts: one that ends with materialize. */
 #define SSM_PLUGIN_V1_MIN_SIZE offsetof(ssm_plugin_v1, export_slots)
 
 #ifdef __cplusplus

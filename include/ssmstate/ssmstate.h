@@ -111,10 +111,10 @@ typedef struct ssm_config {
     ssm_workload workload;
     const char *source;          /* file name for messages, or NULL */
     ssm_head_slice head_slice;   /* tensor parallelism; zero: the whole model */
-    ssm_tuning_config tuning;    /* appended in 0.3; zero: off */
+    ssm_tuning_config tuning;    /* zero: off */
 } ssm_config;
 
-/* Parses and validates an INI file (SPEC 7). Unknown sections or keys,
+/* Parses and validates an INI file (docs/config.md). Unknown sections or keys,
  * missing required keys, bad values and impossible combinations fail with
  * SSM_ERR_CONFIG and a "file:line: message" error; *out is then untouched.
  * Mode sections are checked by their plugin when a context is created. */
@@ -230,7 +230,7 @@ typedef struct ssm_prefill_batch {
 
 /* Proof of a verify, presented at commit. Zero-initialize (SSM_TICKET_INIT)
  * before the forward: the first ssm_verify of the forward fills it, the
- * verifies of the other layers present it unchanged. `layout` (0.3) is the
+ * verifies of the other layers present it unchanged. `layout` is the
  * verify's update layout: every launch choice that can change rounding, as
  * chosen for the batch's bucket when the forward opened (docs/tuning.md);
  * the commit replays the verified tokens with it. Like the other fields it
@@ -319,7 +319,7 @@ ssm_status ssm_slot_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream);
 
 /* ------------------------------------------------------------------ pages */
 
-/* A state page (SPEC 5, docs/pages.md): a header (magic, format version,
+/* A state page (docs/pages.md): a header (magic, format version,
  * model, dtypes, the value-head slice it holds, payload size, CRC32C of
  * header and payload), then each layer's conv window [W-1][D] and state
  * [HV][V][K]. Little-endian; mode-independent: a page exported in one mode
@@ -443,8 +443,7 @@ typedef enum ssm_page_status {
  * later load, reset or release). Nothing is known on the host at return:
  * read `status` or the flags after the stream. The pages must not change
  * until the stream has passed the call. Besides the errors above:
- * SSM_ERR_UNSUPPORTED for a mode plugin without the batched import_slots
- * (ABI 0.1). */
+ * SSM_ERR_UNSUPPORTED for a mode plugin without the batched import_slots. */
 ssm_status ssm_slots_import_pages_device(ssm_ctx *ctx, int32_t count, const int32_t *slots,
                                          const void *pages, size_t stride, int32_t *status,
                                          void *stream);

@@ -60,7 +60,7 @@ typedef struct ssm_device {
     int32_t index; /* CUDA ordinal; 0 for the CPU */
 } ssm_device;
 
-/* Shape of one linear-attention layer (SPEC 2.1). */
+/* Shape of one linear-attention layer. */
 typedef struct ssm_model_dims {
     ssm_model_kind kind;
     int32_t layers;      /* logical layers; one state per layer per slot */
