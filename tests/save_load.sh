@@ -6,8 +6,11 @@
 # resumed run passes its own checks against the CPU reference. A checkpoint
 # of another workload, a corrupted page (named in the error, and an earlier
 # --hashes file left as it was), a lane whose committed count its rounds cannot
-# give, --save without --stop-after and a missing checkpoint are refused with
-# one error line (exit 2). Prints TAP.
+# give, counters past what the workload can reach (past 64 bits, negative), a
+# truncated session.txt (naming the line or field it ends before), --save
+# without --stop-after and a missing checkpoint are refused with one error line
+# (exit 2), a mismatched config naming the field that differs. --save creates
+# missing parents. Prints TAP.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 config="$SSM_TOP_SRCDIR/examples/quickstart.ini"
@@ -30,7 +33,7 @@ in_mode replay
 in_mode compact
 sed 's/^seed = .*/seed = 7/' "$config" >"$tmp/other_seed.ini"
 
-echo "1..9"
+echo "1..16"
 "$ssmstate" run "$config" --quiet --hashes "$tmp/whole.txt" >"$tmp/out" 2>"$tmp/err"
 report $? "the whole session passes"
 sort "$tmp/whole.txt" >"$tmp/whole.sorted"
@@ -52,8 +55,8 @@ one_error() { # rc, expected text
     [ "$1" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF -- "$2" "$tmp/err"
 }
 "$ssmstate" run "$tmp/other_seed.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
-one_error $? "another model or workload"
-report $? "a checkpoint of another workload is refused"
+one_error $? "was saved with [workload] seed = 42; this config has 7"
+report $? "a checkpoint of another workload is refused, naming the field"
 
 # one flipped byte in a page's payload: the checksum catches it
 cp "$tmp/ckpt/lane-0.page" "$tmp/lane-0.page"
@@ -69,11 +72,49 @@ cp "$tmp/lane-0.page" "$tmp/ckpt/lane-0.page"
 
 # a lane line whose committed count its prompt and rounds cannot give
 cp "$tmp/ckpt/session.txt" "$tmp/session.txt"
-sed 's/committed [0-9]*/committed 2147483647/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+# (88 = prompt_max 40 + 12 rounds of 4: in range, but no lane's prompt and rounds give it)
+sed 's/committed [0-9]*/committed 88/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
 "$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
 one_error $? "tokens committed, which its prompt of"
 report $? "an impossible committed count is refused"
+sed 's/committed [0-9]*/committed 2147483647/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "lane's committed tokens 2147483647 is out of range"
+report $? "a committed count past the workload's longest request is refused"
 cp "$tmp/session.txt" "$tmp/ckpt/session.txt"
+
+# counters a session cannot reach: past 64 bits, negative
+sed 's/^forwards [0-9]*/forwards 18446744073709551615/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "session.txt: forwards 18446744073709551615 is out of range" &&
+    ! grep -q PASS "$tmp/out"
+report $? "a forwards count past 64 bits is refused, by name"
+sed 's/^tokens [0-9]*/tokens -1000/' "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "session.txt: tokens: prefill tokens -1000 is out of range" &&
+    ! grep -q PASS "$tmp/out"
+report $? "a negative token count is refused, by name"
+sed 's/^lane 0 request [0-9]*/lane 0 request 99999999999/' "$tmp/session.txt" \
+    >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "lane's request 99999999999 is out of range"
+report $? "a lane's request past 32 bits is refused, by name"
+
+# truncated: inside the workload line, and after it
+head -c 60 "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "the file ends inside the workload line, in [workload] acceptance"
+report $? "a session.txt cut in its workload line says where it ends"
+head -n 3 "$tmp/session.txt" >"$tmp/ckpt/session.txt"
+"$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+one_error $? "ends before the tokens line"
+report $? "a session.txt cut after its forwards line names the missing line"
+cp "$tmp/session.txt" "$tmp/ckpt/session.txt"
+
+# --save creates the directories it needs
+"$ssmstate" run "$config" --quiet --stop-after 3 --save "$tmp/new/deeper/ckpt" \
+    >"$tmp/out" 2>"$tmp/err" && [ -s "$tmp/new/deeper/ckpt/session.txt" ]
+report $? "--save creates missing parent directories"
 
 "$ssmstate" run "$config" --quiet --save "$tmp/ckpt2" >"$tmp/out" 2>"$tmp/err"
 one_error $? "go together"

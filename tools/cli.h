@@ -55,6 +55,10 @@ int cli_usage(const char *usage, const char *bad);
  * CLI_EXIT_OK, or an exit code after an error naming option and path. */
 int cli_check_writable(const char *option, const char *path);
 
+/* mkdir -p: creates dir and every missing parent (an existing directory is
+ * fine). 0, or -1 with errno set (ENOTDIR: a part of the path is a file). */
+int cli_make_directories(const char *dir);
+
 /* cli_fail with the library's ssm_last_error() as the message. */
 int cli_fail_library(void);
 

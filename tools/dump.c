@@ -74,34 +74,6 @@ int npy_write_f32(const char *path, const int64_t *shape, int ndim, const float 
 
 /* ------------------------------------------------------------ helpers */
 
-/* mkdir -p: an existing directory is fine. */
-static int make_directories(const char *dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(path, 0777) != 0) {
-            if (errno != EEXIST)
-                return -1;
-            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-                errno = ENOTDIR;
-                return -1;
-            }
-        }
-        *p = saved;
-        if (saved == '\0')
-            return 0;
-    }
-}
-
 static void json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -218,7 +190,7 @@ int dump_open(const char *dir, const ssm_config *config, dump **out)
         return cli_fail("%s/manifest.json: path too long (at most %zu bytes)", dir,
                         sizeof path - 1);
     }
-    if (make_directories(dir) != 0 || !(d->manifest = fopen(path, "w"))) {
+    if (cli_make_directories(dir) != 0 || !(d->manifest = fopen(path, "w"))) {
         int exit_code = cli_fail("cannot create %s: %s", path, strerror(errno));
         free(d->dir);
         free(d);

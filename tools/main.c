@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,33 @@ int cli_check_writable(const char *option, const char *path)
     if (!existed)
         unlink(path);
     return CLI_EXIT_OK;
+}
+
+int cli_make_directories(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(path, 0777) != 0) {
+            if (errno != EEXIST)
+                return -1;
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                errno = ENOTDIR;
+                return -1;
+            }
+        }
+        *p = saved;
+        if (saved == '\0')
+            return 0;
+    }
 }
 
 int cli_fail_library(void)

@@ -99,11 +99,12 @@ int session_forward(session *s);
 int32_t session_finished(const session *s); /* requests finished so far */
 int session_close(session *s, int exit_code);
 
-/* Writes the session's checkpoint to dir (created if missing): where the
- * schedule is, and every busy lane's slot as a page and its reference state.
- * session_load reads one back into a session just opened on a config of the
- * same model and workload (any mode). Each returns CLI_EXIT_OK or an exit
- * code after printing the error. */
+/* Writes the session's checkpoint to dir (created with its parents if
+ * missing): where the schedule is, and every busy lane's slot as a page and
+ * its reference state. session_load reads one back into a session just
+ * opened on a config of the same model and workload (any mode), refusing
+ * any field outside what that workload can reach. Each returns CLI_EXIT_OK
+ * or an exit code after printing the error. */
 int session_save(session *s, const char *dir);
 int session_load(session *s, const char *dir);
 
