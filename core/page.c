@@ -86,6 +86,11 @@ static void info_of_context(const ssm_ctx *ctx, ssm_page_info *i)
     i->library_version = ssm_page_library_version();
     const ssm_head_slice *h = &ctx->config->head_slice;
     i->model = ctx->config->model;
+    /* A set lower bound is 1 on the page whatever non-zero value the config
+     * holds; an unset one carries no value. */
+    i->model.has_lower_bound = ctx->config->model.has_lower_bound != 0;
+    if (!i->model.has_lower_bound)
+        i->model.lower_bound = 0.0f;
     i->state_dtype = ctx->config->state_dtype;
     i->activation_dtype = ctx->config->activation_dtype;
     i->head_first = h->value_heads ? h->first : 0;
@@ -114,11 +119,100 @@ void ssm_page_context_header(const ssm_ctx *ctx, ssm_page_info *info,
     ssm_page_header_write(header, info); /* payload checksum 0 */
 }
 
-ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
+/* Why a header's field describes no page, naming the field and its value. */
+static ssm_status field_fault(ssm_page_fault fault, const ssm_page_info *i,
+                              const unsigned char *h)
 {
-    if (!page || !info)
-        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_inspect: NULL argument");
-    const unsigned char *h = page;
+    const ssm_model_dims *m = &i->model;
+    char why[256];
+    switch (fault) {
+    case SSM_PAGE_FAULT_KIND:
+        snprintf(why, sizeof why, "model kind %u (allowed: %d gdn, %d kda)", (unsigned)m->kind,
+                 (int)SSM_MODEL_GDN, (int)SSM_MODEL_KDA);
+        break;
+    case SSM_PAGE_FAULT_LAYERS:
+        snprintf(why, sizeof why, "layers %d (allowed: 1..%d)", (int)m->layers, SSM_MAX_LAYERS);
+        break;
+    case SSM_PAGE_FAULT_HEADS:
+        snprintf(why, sizeof why, "heads %d (allowed: 1..%d)", (int)m->heads, SSM_MAX_HEADS);
+        break;
+    case SSM_PAGE_FAULT_VALUE_HEADS:
+        snprintf(why, sizeof why, "value_heads %d (allowed: 1..%d)", (int)m->value_heads,
+                 SSM_MAX_HEADS);
+        break;
+    case SSM_PAGE_FAULT_GROUP:
+        snprintf(why, sizeof why, "value_heads %d is not a multiple of heads %d",
+                 (int)m->value_heads, (int)m->heads);
+        break;
+    case SSM_PAGE_FAULT_KEY_DIM:
+        snprintf(why, sizeof why, "key_dim %d (allowed: 1..%d)", (int)m->key_dim,
+                 SSM_MAX_HEAD_DIM);
+        break;
+    case SSM_PAGE_FAULT_VALUE_DIM:
+        snprintf(why, sizeof why, "value_dim %d (allowed: 1..%d)", (int)m->value_dim,
+                 SSM_MAX_HEAD_DIM);
+        break;
+    case SSM_PAGE_FAULT_CONV_WIDTH:
+        snprintf(why, sizeof why, "conv_width %d (allowed: 1..%d)", (int)m->conv_width,
+                 SSM_MAX_CONV_WIDTH);
+        break;
+    case SSM_PAGE_FAULT_HAS_LOWER_BOUND:
+        if (m->has_lower_bound == 1)
+            snprintf(why, sizeof why, "has_lower_bound 1 on a %s model (a lower bound is kda's "
+                                      "only)",
+                     m->kind == SSM_MODEL_KDA ? "kda" : "gdn");
+        else
+            snprintf(why, sizeof why, "has_lower_bound %u (allowed: 0, 1)",
+                     (unsigned)m->has_lower_bound);
+        break;
+    case SSM_PAGE_FAULT_LOWER_BOUND:
+        snprintf(why, sizeof why, "lower_bound %g (a set bound is finite and below 0)",
+                 (double)m->lower_bound);
+        break;
+    case SSM_PAGE_FAULT_STATE_DTYPE:
+        snprintf(why, sizeof why, "state dtype %u (allowed: %d f32, %d bf16)",
+                 (unsigned)i->state_dtype, (int)SSM_DTYPE_F32, (int)SSM_DTYPE_BF16);
+        break;
+    case SSM_PAGE_FAULT_ACT_DTYPE:
+        snprintf(why, sizeof why, "activation dtype %u (allowed: %d f32, %d bf16)",
+                 (unsigned)i->activation_dtype, (int)SSM_DTYPE_F32, (int)SSM_DTYPE_BF16);
+        break;
+    case SSM_PAGE_FAULT_HEAD_FIRST:
+        snprintf(why, sizeof why, "head_first %d (a multiple of %d below value_heads %d)",
+                 (int)i->head_first, (int)(m->value_heads / m->heads), (int)m->value_heads);
+        break;
+    case SSM_PAGE_FAULT_HEAD_END:
+        snprintf(why, sizeof why,
+                 "head_end %d (a multiple of %d above head_first %d, at most value_heads %d)",
+                 (int)i->head_end, (int)(m->value_heads / m->heads), (int)i->head_first,
+                 (int)m->value_heads);
+        break;
+    case SSM_PAGE_FAULT_PAYLOAD_BYTES:
+        snprintf(why, sizeof why, "payload_bytes %llu; its dims and dtypes give %llu",
+                 (unsigned long long)i->payload_bytes,
+                 (unsigned long long)ssm_page_payload_bytes(i));
+        break;
+    case SSM_PAGE_FAULT_RESERVED: {
+        int at = SSM_PAGE_AT_PAYLOAD_CRC + 4;
+        while (at < SSM_PAGE_AT_HEADER_CRC - 1 && h[at] == 0)
+            at++;
+        snprintf(why, sizeof why, "reserved byte %d is 0x%02x (bytes %d..%d are zero)", at,
+                 (unsigned)h[at], SSM_PAGE_AT_PAYLOAD_CRC + 4, SSM_PAGE_AT_HEADER_CRC - 1);
+        break;
+    }
+    default:
+        snprintf(why, sizeof why, "field %d", (int)fault);
+        break;
+    }
+    return ssm_error_set(SSM_ERR_PAGE_INVALID, "page header describes no valid page: %s", why);
+}
+
+/* The one validator of a page's header (ssm_page_read_header): magic,
+ * version, header length and checksum, then every field (named when it
+ * describes no page), the reserved bytes and the payload length. Needs the
+ * whole header; fills *out only when every check passes. */
+static ssm_status header_validate(const unsigned char *h, size_t bytes, ssm_page_info *out)
+{
     if (bytes < 12)
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "not a state page: %zu bytes", bytes);
     for (int k = 0; k < 8; k++)
@@ -144,19 +238,58 @@ ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
     memset(&i, 0, sizeof i);
     ssm_page_info_read(h, &i);
     /* A header that checksums but describes an impossible page was written
-     * by something else: refuse it before sizes are computed from it. */
-    if (!ssm_page_dims_valid(&i) || i.payload_bytes != ssm_page_payload_bytes(&i))
-        return ssm_error_set(SSM_ERR_PAGE_INVALID,
-                             "page header describes no valid page (dims, dtypes, head slice or "
-                             "payload size)");
+     * by something else: refuse it, naming the field, before sizes are
+     * computed from it. */
+    ssm_page_fault fault = ssm_page_fields_fault(&i);
+    if (fault == SSM_PAGE_FAULT_NONE && i.payload_bytes != ssm_page_payload_bytes(&i))
+        fault = SSM_PAGE_FAULT_PAYLOAD_BYTES;
+    if (fault == SSM_PAGE_FAULT_NONE && !ssm_page_reserved_clear(h))
+        fault = SSM_PAGE_FAULT_RESERVED;
+    if (fault != SSM_PAGE_FAULT_NONE)
+        return field_fault(fault, &i, h);
+    *out = i;
+    return SSM_OK;
+}
+
+/* The whole page: its header (header_validate), its length and its
+ * payload's checksum. `exact`: bytes is the page's own length, so bytes
+ * past its payload are refused; else bytes is the room it lies in (a batch's
+ * stride) and may run past it. */
+static ssm_status page_validate(const void *page, size_t bytes, int exact, ssm_page_info *out)
+{
+    const unsigned char *h = page;
+    ssm_page_info i;
+    ssm_status status = header_validate(h, bytes, &i);
+    if (status != SSM_OK)
+        return status;
     if ((uint64_t)bytes < i.page_bytes)
         return ssm_error_set(SSM_ERR_PAGE_INVALID,
                              "truncated page: %zu bytes, its header says %llu", bytes,
                              (unsigned long long)i.page_bytes);
+    if (exact && (uint64_t)bytes > i.page_bytes)
+        return ssm_error_set(SSM_ERR_PAGE_INVALID,
+                             "%llu bytes after the page's payload: its header says %llu bytes, "
+                             "%zu were given",
+                             (unsigned long long)((uint64_t)bytes - i.page_bytes),
+                             (unsigned long long)i.page_bytes, bytes);
     if (ssm_crc32c(h + PAGE_HEADER_BYTES, (size_t)i.payload_bytes) != i.payload_crc)
         return ssm_error_set(SSM_ERR_PAGE_INVALID, "page payload checksum mismatch (corrupt state)");
-    *info = i;
+    *out = i;
     return SSM_OK;
+}
+
+ssm_status ssm_page_read_header(const void *header, size_t bytes, ssm_page_info *info)
+{
+    if (!header || !info)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_read_header: NULL argument");
+    return header_validate(header, bytes, info);
+}
+
+ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info)
+{
+    if (!page || !info)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_page_inspect: NULL argument");
+    return page_validate(page, bytes, 1, info);
 }
 
 /* The first difference between a page and the context, as an error. */
@@ -351,15 +484,16 @@ static void import_release(prepared_import *p)
 
 /* Every check of an import, and the host allocations it needs: after this,
  * only staging (on a CUDA context) and the mode's own import are left.
+ * `exact` as page_validate's (one page: its length; a batch: its stride).
  * Nothing is touched on an error. */
 static ssm_status import_prepare(ssm_ctx *ctx, int32_t slot, const void *page, size_t bytes,
-                                 prepared_import *p)
+                                 int exact, prepared_import *p)
 {
     memset(p, 0, sizeof *p);
     ssm_status status = page_slot_checks(ctx, slot, "importing a page");
     ssm_page_info i, want;
     if (status == SSM_OK)
-        status = ssm_page_inspect(page, bytes, &i);
+        status = page_validate(page, bytes, exact, &i);
     if (status == SSM_OK)
         status = page_matches(ctx, &i);
     if (status != SSM_OK)
@@ -498,7 +632,7 @@ ssm_status ssm_slot_import_page(ssm_ctx *ctx, int32_t slot, const void *page, si
     if (!ctx || !page)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_slot_import_page: NULL argument");
     prepared_import p;
-    ssm_status status = import_prepare(ctx, slot, page, bytes, &p);
+    ssm_status status = import_prepare(ctx, slot, page, bytes, 1, &p);
     if (status == SSM_OK)
         status = import_checked(ctx, 1, &slot, page, bytes, &p);
     import_release(&p);
@@ -560,7 +694,7 @@ ssm_status ssm_slots_import_pages(ssm_ctx *ctx, int32_t count, const int32_t *sl
     int32_t ready = 0;
     for (; ready < count && status == SSM_OK; ready++) {
         status = import_prepare(ctx, slots[ready],
-                                (const unsigned char *)pages + (size_t)ready * stride, stride,
+                                (const unsigned char *)pages + (size_t)ready * stride, stride, 0,
                                 &prepared[ready]);
         if (status != SSM_OK) {
             char why[256]; /* the message is rewritten below: copy it first */

@@ -175,23 +175,77 @@ SSM_HD int ssm_page_in_range(int32_t v, int32_t max)
     return v >= 1 && v <= max;
 }
 
-/* Whether a header's dims, dtypes and head slice describe a page at all
- * (within the config's limits, so no size computed from them overflows). */
-SSM_HD int ssm_page_dims_valid(const ssm_page_info *i)
+/* The first field of a header that describes no page, in header order
+ * (SSM_PAGE_FAULT_NONE: every field is one a page may have). Host and
+ * device refuse the same headers; the host names the field
+ * (core/page.c). */
+typedef enum ssm_page_fault {
+    SSM_PAGE_FAULT_NONE = 0,
+    SSM_PAGE_FAULT_KIND,            /* neither gdn nor kda */
+    SSM_PAGE_FAULT_LAYERS,          /* outside 1..SSM_MAX_LAYERS */
+    SSM_PAGE_FAULT_HEADS,           /* outside 1..SSM_MAX_HEADS */
+    SSM_PAGE_FAULT_VALUE_HEADS,     /* outside 1..SSM_MAX_HEADS */
+    SSM_PAGE_FAULT_GROUP,           /* value_heads not a multiple of heads */
+    SSM_PAGE_FAULT_KEY_DIM,         /* outside 1..SSM_MAX_HEAD_DIM */
+    SSM_PAGE_FAULT_VALUE_DIM,       /* outside 1..SSM_MAX_HEAD_DIM */
+    SSM_PAGE_FAULT_CONV_WIDTH,      /* outside 1..SSM_MAX_CONV_WIDTH */
+    SSM_PAGE_FAULT_HAS_LOWER_BOUND, /* neither 0 nor 1, or 1 on a model that is not kda */
+    SSM_PAGE_FAULT_LOWER_BOUND,     /* set, and not a finite negative number */
+    SSM_PAGE_FAULT_STATE_DTYPE,     /* neither f32 nor bf16 */
+    SSM_PAGE_FAULT_ACT_DTYPE,       /* neither f32 nor bf16 */
+    SSM_PAGE_FAULT_HEAD_FIRST,      /* negative, past the value heads, or off the group */
+    SSM_PAGE_FAULT_HEAD_END,        /* not past head_first, past the value heads, or off the group */
+    SSM_PAGE_FAULT_PAYLOAD_BYTES,   /* not the payload the fields above give */
+    SSM_PAGE_FAULT_RESERVED         /* a reserved byte (84..91) that is not zero */
+} ssm_page_fault;
+
+/* Whether a header's fields describe a page (within the config's limits,
+ * so no size computed from them overflows), the reserved bytes of h aside:
+ * the first field that does not (ssm_page_fault). */
+SSM_HD ssm_page_fault ssm_page_fields_fault(const ssm_page_info *i)
 {
     const ssm_model_dims *m = &i->model;
-    int dims = (m->kind == SSM_MODEL_GDN || m->kind == SSM_MODEL_KDA) &&
-               ssm_page_in_range(m->layers, SSM_MAX_LAYERS) &&
-               ssm_page_in_range(m->heads, SSM_MAX_HEADS) &&
-               ssm_page_in_range(m->value_heads, SSM_MAX_HEADS) &&
-               m->value_heads % m->heads == 0 && ssm_page_in_range(m->key_dim, SSM_MAX_HEAD_DIM) &&
-               ssm_page_in_range(m->value_dim, SSM_MAX_HEAD_DIM) &&
-               ssm_page_in_range(m->conv_width, SSM_MAX_CONV_WIDTH);
-    int dtypes = (i->state_dtype == SSM_DTYPE_F32 || i->state_dtype == SSM_DTYPE_BF16) &&
-                 (i->activation_dtype == SSM_DTYPE_F32 || i->activation_dtype == SSM_DTYPE_BF16);
-    return dims && dtypes && i->head_first >= 0 && i->head_first < i->head_end &&
-           i->head_end <= m->value_heads && i->head_first % (m->value_heads / m->heads) == 0 &&
-           i->head_end % (m->value_heads / m->heads) == 0;
+    if (m->kind != SSM_MODEL_GDN && m->kind != SSM_MODEL_KDA)
+        return SSM_PAGE_FAULT_KIND;
+    if (!ssm_page_in_range(m->layers, SSM_MAX_LAYERS))
+        return SSM_PAGE_FAULT_LAYERS;
+    if (!ssm_page_in_range(m->heads, SSM_MAX_HEADS))
+        return SSM_PAGE_FAULT_HEADS;
+    if (!ssm_page_in_range(m->value_heads, SSM_MAX_HEADS))
+        return SSM_PAGE_FAULT_VALUE_HEADS;
+    if (m->value_heads % m->heads != 0)
+        return SSM_PAGE_FAULT_GROUP;
+    if (!ssm_page_in_range(m->key_dim, SSM_MAX_HEAD_DIM))
+        return SSM_PAGE_FAULT_KEY_DIM;
+    if (!ssm_page_in_range(m->value_dim, SSM_MAX_HEAD_DIM))
+        return SSM_PAGE_FAULT_VALUE_DIM;
+    if (!ssm_page_in_range(m->conv_width, SSM_MAX_CONV_WIDTH))
+        return SSM_PAGE_FAULT_CONV_WIDTH;
+    if (m->has_lower_bound != 0 && (m->has_lower_bound != 1 || m->kind != SSM_MODEL_KDA))
+        return SSM_PAGE_FAULT_HAS_LOWER_BOUND;
+    /* set: finite (exponent bits not all ones) and below zero */
+    if (m->has_lower_bound &&
+        ((ssm_f32_bits(m->lower_bound) & 0x7f800000u) == 0x7f800000u || !(m->lower_bound < 0.0f)))
+        return SSM_PAGE_FAULT_LOWER_BOUND;
+    if (i->state_dtype != SSM_DTYPE_F32 && i->state_dtype != SSM_DTYPE_BF16)
+        return SSM_PAGE_FAULT_STATE_DTYPE;
+    if (i->activation_dtype != SSM_DTYPE_F32 && i->activation_dtype != SSM_DTYPE_BF16)
+        return SSM_PAGE_FAULT_ACT_DTYPE;
+    const int32_t group = m->value_heads / m->heads;
+    if (i->head_first < 0 || i->head_first >= m->value_heads || i->head_first % group != 0)
+        return SSM_PAGE_FAULT_HEAD_FIRST;
+    if (i->head_end <= i->head_first || i->head_end > m->value_heads || i->head_end % group != 0)
+        return SSM_PAGE_FAULT_HEAD_END;
+    return SSM_PAGE_FAULT_NONE;
+}
+
+/* 1 when the header's reserved bytes [84, 92) are all zero. */
+SSM_HD int ssm_page_reserved_clear(const unsigned char *h)
+{
+    for (int k = SSM_PAGE_AT_PAYLOAD_CRC + 4; k < SSM_PAGE_AT_HEADER_CRC; k++)
+        if (h[k] != 0)
+            return 0;
+    return 1;
 }
 
 /* Where a slice's heads lie in the payload of a page holding them: `big`
@@ -308,7 +362,7 @@ SSM_HD int32_t ssm_page_check_header(const unsigned char *h, const ssm_page_info
     if (ssm_crc32c_bitwise(h, SSM_PAGE_AT_HEADER_CRC) !=
         ssm_page_get32(h + SSM_PAGE_AT_HEADER_CRC))
         return SSM_PAGE_HEADER_CHECKSUM;
-    if (!ssm_page_dims_valid(page))
+    if (!ssm_page_reserved_clear(h) || ssm_page_fields_fault(page) != SSM_PAGE_FAULT_NONE)
         return SSM_PAGE_MALFORMED;
     if (page->payload_bytes != ssm_page_payload_bytes(page))
         return SSM_PAGE_BAD_LENGTH;

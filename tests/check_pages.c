@@ -3,13 +3,16 @@
  * in any mode (replay with history pending) imports into any other and the
  * two slots then agree bit for bit, in their exports and in the next
  * decode's outputs; exporting never changes the slot; every rejection (magic, version, header or payload
- * corruption, truncation, another model or dtype) gives SSM_ERR_PAGE_INVALID
- * with a message naming it and leaves the slot as it was. */
+ * corruption, truncation, bytes after the payload, a resealed header whose
+ * field describes no page, another model or dtype) gives
+ * SSM_ERR_PAGE_INVALID with a message naming it and leaves the slot as it
+ * was; ssm_page_inspect refuses the same pages in the same words. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/page_format.h"
 #include "kernels/crc32c.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"
@@ -236,29 +239,39 @@ START_TEST(round_trip_across_modes)
 }
 END_TEST
 
-/* One way to spoil a page, and words its message must hold. */
+/* One way to spoil a page, the words its message must hold, and whether
+ * the page itself is refused (ssm_page_inspect, with the same message) or
+ * only its import into a context of another model. */
 typedef struct spoil {
     const char *name;
     const char *message;
+    int page_refused;
 } spoil;
 
 static const spoil spoils[] = {
-    {"bad magic", "bad magic"},
-    {"another format version", "format version 2"},
-    {"a flipped header byte", "header checksum"},
-    {"a flipped payload byte", "payload checksum"},
-    {"truncated payload", "truncated"},
-    {"truncated header", "truncated"},
-    {"another layer count", "layers"},
-    {"another state dtype", "state dtype"},
+    {"bad magic", "bad magic", 1},
+    {"another format version", "format version 2", 1},
+    {"a flipped header byte", "header checksum", 1},
+    {"a flipped payload byte", "payload checksum", 1},
+    {"truncated payload", "truncated", 1},
+    {"truncated header", "truncated", 1},
+    /* resealed headers whose fields describe no page, and a page that runs on */
+    {"bytes after the payload", "8 bytes after the page's payload", 1},
+    {"a reserved byte", "reserved byte 86 is 0x01", 1},
+    {"a lower bound on gdn", "has_lower_bound 1 on a gdn model", 1},
+    {"no layers", "layers 0 (allowed: 1..", 1},
+    {"a payload length the dims do not give", "payload_bytes", 1},
+    {"a head slice past the model", "head_end", 1},
+    {"another layer count", "layers", 0},
+    {"another state dtype", "state dtype", 0},
     /* one model field or dtype of the target differs, the rest as the page */
-    {"another value_dim", "value_dim"},
-    {"another model kind", "model kind"},
-    {"another activation dtype", "activation dtype"},
-    {"another lower_bound", "page has lower_bound"},
-    {"another head count", "page has heads"},
-    {"another key_dim", "key_dim"},
-    {"another conv_width", "conv_width"},
+    {"another value_dim", "value_dim", 0},
+    {"another model kind", "model kind", 0},
+    {"another activation dtype", "activation dtype", 0},
+    {"another lower_bound", "page has lower_bound", 0},
+    {"another head count", "page has heads", 0},
+    {"another key_dim", "key_dim", 0},
+    {"another conv_width", "conv_width", 0},
 };
 #define SPOILS ((int)(sizeof spoils / sizeof spoils[0]))
 
@@ -272,6 +285,10 @@ START_TEST(rejections_leave_the_slot)
     ssm_model_dims m = dims_of(&r, test_rng_int(&r, 0, 1));
     if (!strcmp(s->name, "another model kind"))
         m.has_lower_bound = 0; /* GDN has none */
+    if (!strcmp(s->name, "a lower bound on gdn")) {
+        m.kind = SSM_MODEL_GDN;
+        m.has_lower_bound = 0;
+    }
     if (!strcmp(s->name, "another lower_bound")) {
         m.kind = SSM_MODEL_KDA;
         m.has_lower_bound = 1;
@@ -283,6 +300,9 @@ START_TEST(rejections_leave_the_slot)
     run(&a, 4, 1, NULL, NULL);
     size_t bytes;
     unsigned char *page = export_page(&a, &bytes);
+    page = realloc(page, bytes + 8); /* room to run on */
+    ck_assert_ptr_nonnull(page);
+    memset(page + bytes, 0, 8);
     ssm_model_dims target = m;
     ssm_dtype target_state = SSM_DTYPE_F32, target_act = SSM_DTYPE_F32;
     size_t given = bytes;
@@ -298,6 +318,25 @@ START_TEST(rejections_leave_the_slot)
         given = bytes - 1;
     } else if (!strcmp(s->name, "truncated header")) {
         given = 40;
+    } else if (!strcmp(s->name, "bytes after the payload")) {
+        given = bytes + 8;
+    } else if (!strcmp(s->name, "a reserved byte")) {
+        page[86] = 1;
+        ssm_page_header_seal(page);
+    } else if (!strcmp(s->name, "a lower bound on gdn")) {
+        ssm_page_put32(page + SSM_PAGE_AT_HAS_LOWER_BOUND, 1);
+        ssm_page_put32(page + SSM_PAGE_AT_LOWER_BOUND, ssm_f32_bits(-5.0f));
+        ssm_page_header_seal(page);
+    } else if (!strcmp(s->name, "no layers")) {
+        ssm_page_put32(page + SSM_PAGE_AT_LAYERS, 0);
+        ssm_page_header_seal(page);
+    } else if (!strcmp(s->name, "a payload length the dims do not give")) {
+        ssm_page_put64(page + SSM_PAGE_AT_PAYLOAD_BYTES, bytes - 96 + 8);
+        ssm_page_header_seal(page);
+        given = bytes + 8;
+    } else if (!strcmp(s->name, "a head slice past the model")) {
+        ssm_page_put32(page + SSM_PAGE_AT_HEAD_END, (uint32_t)m.value_heads + 1);
+        ssm_page_header_seal(page);
     } else if (!strcmp(s->name, "another layer count")) {
         target.layers = 1;
     } else if (!strcmp(s->name, "another state dtype")) {
@@ -324,6 +363,17 @@ START_TEST(rejections_leave_the_slot)
     ck_assert_int_eq(ssm_slot_import_page(b.ctx, b.slot, page, given), SSM_ERR_PAGE_INVALID);
     ck_assert_msg(strstr(ssm_last_error(), s->message) != NULL, "%s: message '%s'", s->name,
                   ssm_last_error());
+    /* Inspect and import share one validator: the page itself refused by
+     * both in the same words, or passed by inspect. */
+    ssm_page_info info;
+    if (s->page_refused) {
+        ck_assert_int_eq(ssm_page_inspect(page, given, &info), SSM_ERR_PAGE_INVALID);
+        ck_assert_msg(strstr(ssm_last_error(), s->message) != NULL,
+                      "%s: inspect's message '%s'", s->name, ssm_last_error());
+    } else {
+        ck_assert_msg(ssm_page_inspect(page, given, &info) == SSM_OK, "%s: inspect: %s",
+                      s->name, ssm_last_error());
+    }
     ck_assert_int_eq(test_snapshot_take(b.ctx, b.slot, &after), SSM_OK);
     ck_assert_msg(test_snapshot_equal(&before, &after), "%s changed the %s slot", s->name, mode);
     free(page);
@@ -460,6 +510,14 @@ START_TEST(bad_calls)
     ck_assert_int_eq(ssm_slot_export_page(a.ctx, 99, page, bytes), SSM_ERR_SLOT_RANGE);
     ck_assert_int_eq(ssm_slot_export_page(NULL, a.slot, page, bytes), SSM_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(ssm_page_inspect(NULL, bytes, NULL), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ssm_page_read_header(NULL, bytes, NULL), SSM_ERR_INVALID_ARGUMENT);
+    /* the header alone tells a reader how long the page is */
+    ck_assert_int_eq(ssm_slot_export_page(a.ctx, a.slot, page, bytes), SSM_OK);
+    ssm_page_info info;
+    ck_assert_int_eq(ssm_page_read_header(page, 96, &info), SSM_OK);
+    ck_assert_uint_eq(info.page_bytes, bytes);
+    ck_assert_int_eq(ssm_page_read_header(page, 95, &info), SSM_ERR_PAGE_INVALID);
+    ck_assert_int_eq(ssm_page_inspect(page, 96, &info), SSM_ERR_PAGE_INVALID);
     ck_assert_uint_eq(ssm_page_bytes(NULL), 0);
     int32_t other;
     ck_assert_int_eq(ssm_slot_acquire(a.ctx, &other), SSM_OK);

@@ -1,43 +1,85 @@
 /* `ssmstate inspect PAGE`: prints a state page's header (docs/pages.md) and
- * verifies its checksums, without a config or a context. Exit 0: a valid
- * page; 1: not a valid page (the reason on one line); 2: bad usage or an
+ * verifies its checksums, without a config or a context. It reads no more
+ * than the page its header describes (so /dev/zero or a pipe cannot make it
+ * read without end), and counts any bytes after it. Exit 0: a valid page;
+ * 1: not a valid page (the reason on one line); 2: bad usage or an
  * unreadable file. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
 static const char usage[] = "ssmstate inspect PAGE";
 
-/* The whole file in a malloc'ed buffer; NULL after printing the error. */
-static void *read_file(const char *path, size_t *bytes)
+/* A page's header, of format version 1 (docs/pages.md). */
+enum { PAGE_HEADER_BYTES = 96 };
+
+/* Trailing bytes of a stream are counted up to this many. */
+#define TRAILING_COUNTED ((uint64_t)1 << 30)
+
+/* The page in `path` into a malloc'ed buffer, read no further than its
+ * header says the page goes: the header first (ssm_page_read_header), then
+ * the page's own length. *trailing counts the bytes after it (at least
+ * that many when *more is set: a stream that goes on). NULL after printing
+ * the error; *exit_code says which: 1, not a valid page (header), or 2, an
+ * unreadable file. */
+static void *read_page(const char *path, size_t *bytes, uint64_t *trailing, int *more,
+                       int *exit_code)
 {
+    *exit_code = CLI_EXIT_USAGE;
+    *trailing = 0;
+    *more = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
         cli_fail("cannot open '%s'", path);
         return NULL;
     }
-    size_t capacity = 1 << 16, used = 0;
-    unsigned char *data = malloc(capacity);
-    while (data) {
-        used += fread(data + used, 1, capacity - used, f);
-        if (used < capacity)
-            break;
-        unsigned char *grown = realloc(data, capacity * 2);
-        if (!grown) {
-            free(data);
-            data = NULL;
-            break;
-        }
-        data = grown;
-        capacity *= 2;
+    unsigned char header[PAGE_HEADER_BYTES];
+    size_t got = fread(header, 1, sizeof header, f);
+    ssm_page_info info;
+    if (ferror(f)) {
+        fclose(f);
+        cli_fail("cannot read '%s'", path);
+        return NULL;
+    }
+    if (ssm_page_read_header(header, got, &info) != SSM_OK) {
+        fclose(f);
+        fprintf(stderr, "ssmstate: %s: %s\n", path, ssm_last_error());
+        *exit_code = CLI_EXIT_CHECK_FAILED;
+        return NULL;
+    }
+    /* A regular file may be shorter than its header says: read what is there. */
+    struct stat st;
+    uint64_t want = info.page_bytes;
+    const int regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && (uint64_t)st.st_size < want)
+        want = (uint64_t)st.st_size;
+    unsigned char *data = want <= SIZE_MAX ? malloc((size_t)want) : NULL;
+    if (!data) {
+        fclose(f);
+        cli_fail("'%s': out of memory for a page of %llu bytes", path,
+                 (unsigned long long)info.page_bytes);
+        return NULL;
+    }
+    memcpy(data, header, got);
+    size_t used = got + fread(data + got, 1, (size_t)want - got, f);
+    if (regular && (uint64_t)st.st_size > info.page_bytes) {
+        *trailing = (uint64_t)st.st_size - info.page_bytes;
+    } else {
+        unsigned char scratch[1 << 16];
+        size_t n;
+        while (*trailing < TRAILING_COUNTED && (n = fread(scratch, 1, sizeof scratch, f)) > 0)
+            *trailing += n;
+        *more = *trailing >= TRAILING_COUNTED;
     }
     int failed = ferror(f);
     fclose(f);
-    if (!data || failed) {
+    if (failed) {
         free(data);
-        cli_fail(data ? "cannot read '%s'" : "out of memory reading '%s'", path);
+        cli_fail("cannot read '%s'", path);
         return NULL;
     }
     *bytes = used;
@@ -59,14 +101,24 @@ int cmd_inspect(int argc, char **argv)
         return cli_usage(usage, argc > 2 ? argv[argv[1][0] == '-' ? 1 : 2]
                                 : argc > 1 ? argv[1] : NULL);
     size_t bytes = 0;
-    void *page = read_file(argv[1], &bytes);
+    uint64_t trailing = 0;
+    int more = 0, exit_code = CLI_EXIT_OK;
+    void *page = read_page(argv[1], &bytes, &trailing, &more, &exit_code);
     if (!page)
-        return CLI_EXIT_USAGE;
+        return exit_code;
     ssm_page_info info;
     ssm_status status = ssm_page_inspect(page, bytes, &info);
     free(page);
     if (status != SSM_OK) {
         fprintf(stderr, "ssmstate: %s: %s\n", argv[1], ssm_last_error());
+        return CLI_EXIT_CHECK_FAILED;
+    }
+    if (trailing) { /* the words ssm_page_inspect has for a buffer that runs on */
+        fprintf(stderr,
+                "ssmstate: %s: %s%llu bytes after the page's payload: its header says %llu "
+                "bytes, the file holds more (a page file is one page)\n",
+                argv[1], more ? "at least " : "", (unsigned long long)trailing,
+                (unsigned long long)info.page_bytes);
         return CLI_EXIT_CHECK_FAILED;
     }
     const ssm_model_dims *m = &info.model;

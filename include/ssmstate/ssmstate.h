@@ -353,7 +353,8 @@ size_t ssm_page_bytes(const ssm_ctx *ctx);
  * SSM_ERR_OUT_OF_MEMORY, SSM_ERR_DEVICE (CUDA). */
 ssm_status ssm_slot_export_page(ssm_ctx *ctx, int32_t slot, void *page, size_t capacity);
 
-/* Loads a page of `bytes` bytes into acquired `slot`, replacing its state,
+/* Loads a page of exactly `bytes` bytes (its header and payload, nothing
+ * after) into acquired `slot`, replacing its state,
  * window and the mode's scratch for it, and clearing its flags. The page
  * must hold the context's value heads (all of them, or more: a rank takes
  * its heads from a whole page). Everything is checked first
@@ -468,10 +469,23 @@ ssm_status ssm_page_merge(const void *const *pages, const size_t *bytes, int32_t
                           void *out, size_t capacity, size_t *written);
 
 /* Reads a page's header and verifies both checksums, without a context.
- * Errors: SSM_ERR_INVALID_ARGUMENT, SSM_ERR_PAGE_INVALID (bad magic, another
- * format version (both named), a header that describes no valid page, a
- * truncated page, a checksum mismatch). */
+ * `bytes` is the page's length: a page is exactly its header and payload.
+ * The one check of a page: import, slice and merge run it too (the batched
+ * imports with their stride as the room a page lies in). Errors:
+ * SSM_ERR_INVALID_ARGUMENT, SSM_ERR_PAGE_INVALID (bad magic, another format
+ * version (both named), a header that describes no valid page (the field
+ * named: a dim or dtype outside its limits, a lower bound on a gdn model, a
+ * head slice off the model, a payload length its dims do not give, a
+ * reserved byte that is not zero), a truncated page, bytes after the
+ * payload, a checksum mismatch). */
 ssm_status ssm_page_inspect(const void *page, size_t bytes, ssm_page_info *info);
+
+/* The header checks of ssm_page_inspect alone, on the page's first `bytes`
+ * (at least the header's 96) bytes: everything but the payload's length and
+ * checksum. *info tells a reader how many bytes the whole page takes
+ * (page_bytes) before it reads them. Errors: those of ssm_page_inspect save
+ * the payload's. */
+ssm_status ssm_page_read_header(const void *header, size_t bytes, ssm_page_info *info);
 
 /* ----------------------------------------------------------------- status */
 

@@ -1,10 +1,12 @@
-/* Fuzzing the page reader (issue 7): ssm_page_inspect on arbitrary bytes,
+/* Fuzzing the page reader: ssm_page_inspect on arbitrary bytes,
  * ssm_slot_import_page into small CPU contexts of several models and modes,
  * ssm_page_slice and ssm_page_merge.
  *
  * Input: a flags byte (bit 0: rewrite both checksums first, so mutations of
  * the header get past them), then the page; bytes after the page (its header
- * says where it ends) choose the slice and may hold a second page to merge.
+ * says where it ends: ssm_page_read_header) choose the slice and may hold a
+ * second page to merge. Every reader is given the page alone; given the
+ * bytes after it too, ssm_page_inspect refuses them.
  * Invariants: a rejected import leaves the slot's exported page unchanged;
  * an accepted one re-exports to a valid page holding the same payload (or
  * the slice of it the context holds); slice and merge succeed exactly when
@@ -253,21 +255,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fix_checksums(page, n);
     ssm_page_info info;
     memset(&info, 0, sizeof info);
-    ssm_status status = ssm_page_inspect(page, n, &info);
+    /* The page ends where its header says; a reader that is given the bytes
+     * after it too refuses them. */
+    size_t used = n;
+    ssm_page_info head;
+    if (ssm_page_read_header(page, n, &head) == SSM_OK && head.page_bytes < n) {
+        used = (size_t)head.page_bytes;
+        FUZZ_CHECK(ssm_page_inspect(page, n, &info) == SSM_ERR_PAGE_INVALID);
+    }
+    ssm_status status = ssm_page_inspect(page, used, &info);
     FUZZ_CHECK(status == SSM_OK || status == SSM_ERR_PAGE_INVALID);
     if (status == SSM_OK) {
-        FUZZ_CHECK(info.page_bytes == HEADER + info.payload_bytes && info.page_bytes <= n);
+        FUZZ_CHECK(info.page_bytes == HEADER + info.payload_bytes && info.page_bytes == used);
         FUZZ_CHECK(info.head_first >= 0 && info.head_first < info.head_end &&
                    info.head_end <= info.model.value_heads);
-        FUZZ_CHECK(ssm_page_inspect(page, (size_t)info.page_bytes - 1, &info) ==
-                   SSM_ERR_PAGE_INVALID);
-        FUZZ_CHECK(ssm_page_inspect(page, n, &info) == SSM_OK);
+        FUZZ_CHECK(ssm_page_inspect(page, used - 1, &info) == SSM_ERR_PAGE_INVALID);
+        FUZZ_CHECK(ssm_page_inspect(page, used, &info) == SSM_OK);
     }
-    check_imports(page, n, status == SSM_OK, &info);
+    check_imports(page, used, status == SSM_OK, &info);
     if (status == SSM_OK) {
-        size_t used = (size_t)info.page_bytes;
         fuzz_in trailer = {page + used, n - used};
-        check_slice_merge(page, n, &info, &trailer);
+        check_slice_merge(page, used, &info, &trailer);
         /* The rest of the trailer may be a second page. */
         ssm_page_info other;
         if (trailer.n && ssm_page_inspect(trailer.p, trailer.n, &other) == SSM_OK) {
