@@ -130,6 +130,12 @@ static ssm_status resolve(const ssm_config *c, ssm_loaded_plugin *plugin,
     ssm_status status = ssm_config_validate(c);
     if (status != SSM_OK)
         return status;
+    if (ssm_loader_check_dir(c->plugin_dir) != SSM_OK) {
+        char where[512], why[512];
+        snprintf(why, sizeof why, "%s", ssm_last_error());
+        return ssm_error_set(SSM_ERR_CONFIG, "%s[state] %s",
+                             ssm_config_where(c, 0, where, sizeof where), why);
+    }
     ssm_loaded_plugin loaded = {0};
     status = ssm_loader_open_mode(c->mode, c->plugin_dir, &loaded);
     if (status != SSM_OK)

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,8 +219,24 @@ static int look_for_mode(const char *dir, void *user)
     return 0;
 }
 
+ssm_status ssm_loader_check_dir(const char *plugin_dir)
+{
+    struct stat st;
+    if (!plugin_dir || !*plugin_dir)
+        return SSM_OK;
+    if (stat(plugin_dir, &st) != 0)
+        return ssm_error_set(SSM_ERR_PLUGIN, "plugin_dir %s: %s", plugin_dir,
+                             errno == ENOENT ? "no such directory" : strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ssm_error_set(SSM_ERR_PLUGIN, "plugin_dir %s: not a directory", plugin_dir);
+    return SSM_OK;
+}
+
 ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_loaded_plugin *out)
 {
+    ssm_status status = ssm_loader_check_dir(plugin_dir);
+    if (status != SSM_OK)
+        return status;
     struct mode_search search = {.mode = mode};
     each_dir(plugin_dir, look_for_mode, &search);
     if (!search.found[0])
@@ -228,7 +245,7 @@ ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_lo
                              "$SSMSTATE_PLUGIN_PATH)",
                              mode, search.tried[0] ? search.tried : "no directory");
     ssm_loaded_plugin loaded = {0};
-    ssm_status status = ssm_loader_open_file(search.found, mode, &loaded);
+    status = ssm_loader_open_file(search.found, mode, &loaded);
     if (status == SSM_OK)
         *out = loaded;
     return status;
@@ -262,9 +279,13 @@ static int walk_dir(const char *dir, void *user)
     return w->stopped;
 }
 
-void ssm_loader_each_file(const char *plugin_dir, int (*visit)(const char *path, void *user),
-                          void *user)
+ssm_status ssm_loader_each_file(const char *plugin_dir,
+                                int (*visit)(const char *path, void *user), void *user)
 {
+    ssm_status status = ssm_loader_check_dir(plugin_dir);
+    if (status != SSM_OK)
+        return status;
     struct file_walk walk = {visit, user, 0};
     each_dir(plugin_dir, walk_dir, &walk);
+    return SSM_OK;
 }

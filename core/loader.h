@@ -12,10 +12,17 @@ typedef struct ssm_loaded_plugin {
     char path[PATH_MAX];         /* the file it came from */
 } ssm_loaded_plugin;
 
+/* SSM_OK when plugin_dir is NULL, "" or a directory; else SSM_ERR_PLUGIN
+ * naming it ("plugin_dir DIR: no such directory", "... not a directory").
+ * The installed directory and $SSMSTATE_PLUGIN_PATH's may be missing; a
+ * plugin_dir someone set must not be, or a typo would go unnoticed. */
+ssm_status ssm_loader_check_dir(const char *plugin_dir);
+
 /* Loads the plugin of mode `mode`: looks for `<mode>.so` in plugin_dir (if
  * set), then the installed plugin directory, then each directory of
  * $SSMSTATE_PLUGIN_PATH, and loads the first file that exists. Errors
- * (SSM_ERR_PLUGIN) name every path tried, or the file and the symbols and
+ * (SSM_ERR_PLUGIN) name a plugin_dir that is no directory
+ * (ssm_loader_check_dir), every path tried, or the file and the symbols and
  * versions that did not fit. *out is only written on success. */
 ssm_status ssm_loader_open_mode(const char *mode, const char *plugin_dir, ssm_loaded_plugin *out);
 
@@ -37,9 +44,10 @@ void ssm_loader_table(const ssm_loaded_plugin *plugin, ssm_plugin_v1 *out);
 void ssm_loader_close(ssm_loaded_plugin *plugin);
 
 /* Calls visit(path, user) for every `*.so` on the search path in search order
- * (directories that do not exist are skipped). Stops early when visit
- * returns nonzero. */
-void ssm_loader_each_file(const char *plugin_dir, int (*visit)(const char *path, void *user),
-                          void *user);
+ * (the installed directory and $SSMSTATE_PLUGIN_PATH's are skipped when they
+ * do not exist). Stops early when visit returns nonzero. Errors: those of
+ * ssm_loader_check_dir, before any visit. */
+ssm_status ssm_loader_each_file(const char *plugin_dir,
+                                int (*visit)(const char *path, void *user), void *user);
 
 #endif

@@ -62,13 +62,17 @@ ssm_status ssm_plugins_list(const char *plugin_dir, ssm_plugin_info *out, int32_
 {
     if (!count || (capacity > 0 && !out))
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_plugins_list: NULL argument");
+    if (capacity < 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                             "ssm_plugins_list: capacity %d (0 or more entries)", (int)capacity);
     struct listing *listing = ssm_calloc(1, sizeof *listing);
     if (!listing)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory listing plugins");
     listing->out = out;
     listing->capacity = capacity;
-    ssm_loader_each_file(plugin_dir, list_file, listing);
-    *count = listing->count;
+    ssm_status status = ssm_loader_each_file(plugin_dir, list_file, listing);
+    if (status == SSM_OK)
+        *count = listing->count;
     ssm_free(listing);
-    return SSM_OK;
+    return status;
 }

@@ -382,7 +382,7 @@ static const bad_case bad_values[] = {
     {3, "layers = 0x10", 3, "layers = '0x10' is not valid"},
     {3, "layers = 99999999999", 3, "layers = '99999999999' is out of range (allowed: an integer 1..4096)"},
     {3, "layers = -99999999999999999999", 3, "is out of range"},
-    {17, "requests = 2147483648", 17, "requests = '2147483648' is out of range (allowed: an integer >= 1)"},
+    {17, "requests = 2147483648", 17, "requests = '2147483648' is out of range (allowed: an integer 1..1048576)"},
     /* integers out of range */
     {3, "layers = 0", 3, "[model] layers = 0 is out of range (allowed: 1..4096)"},
     {3, "layers = 4097", 3, "layers = 4097 is out of range (allowed: 1..4096)"},
@@ -397,12 +397,18 @@ static const bad_case bad_values[] = {
     {14, "max_requests = 1048577", 14, "max_requests = 1048577 is out of range"},
     {15, "max_draft_tokens = 16", 15, "max_draft_tokens = 16 is out of range (allowed: 0..15)"},
     {15, "max_draft_tokens = -1", 15, "max_draft_tokens = -1 is out of range"},
-    {17, "requests = 0", 17, "[workload] requests = 0 is out of range (allowed: >= 1)"},
+    {17, "requests = 0", 17, "[workload] requests = 0 is out of range (allowed: 1..1048576)"},
     {18, "prompt_min = 0", 18, "prompt_min = 0 is out of range"},
+    /* what a run could not finish: refused here, never left to spin */
+    {19, "prompt_max = 2147483647", 19, "[workload] prompt_max = 2147483647 is out of range (allowed: 1..1048576)"},
+    {18, "prompt_min = 1048577", 18, "prompt_min = 1048577 is out of range (allowed: 1..1048576)"},
+    {17, "requests = 1048577", 17, "requests = 1048577 is out of range (allowed: 1..1048576)"},
+    {20, "prefill_chunk = 1048577", 20, "prefill_chunk = 1048577 is out of range (allowed: 1..1048576)"},
+    {21, "decode_steps = 2000000", 21, "decode_steps = 2000000 is out of range (allowed: 0..1048576)"},
     {19, "prompt_max = 7", 19, "[workload] prompt_max = 7 must be >= prompt_min = 8"},
     {18, "prompt_min = 33", 19, "prompt_max = 32 must be >= prompt_min = 33"},
-    {20, "prefill_chunk = 0", 20, "prefill_chunk = 0 is out of range (allowed: >= 1)"},
-    {21, "decode_steps = -1", 21, "decode_steps = -1 is out of range (allowed: >= 0)"},
+    {20, "prefill_chunk = 0", 20, "prefill_chunk = 0 is out of range (allowed: 1..1048576)"},
+    {21, "decode_steps = -1", 21, "decode_steps = -1 is out of range (allowed: 0..1048576)"},
     /* floats */
     {22, "acceptance = 1.5", 22, "[workload] acceptance = 1.5 is out of range (allowed: 0..1)"},
     {22, "acceptance = -0.1", 22, "acceptance = -0.1 is out of range"},
@@ -450,6 +456,22 @@ START_TEST(test_bad_lower_bound)
 END_TEST
 
 /* ------------------------------------------------ impossible combinations */
+
+/* Each [workload] key in range, a session too long to finish as a whole. */
+START_TEST(test_workload_too_long)
+{
+    char many[sizeof BASE_TEXT + 16];
+    strcpy(many, edit_line(BASE_TEXT, 17, "requests = 1048576"));
+    expect_parse_error(edit_line(many, 19, "prompt_max = 1048576"), 17,
+                       "[workload] requests = 1048576 of up to 1048608 tokens each (prompt_max "
+                       "1048576 + decode_steps 8 x 4) make a session of 1099545182208 tokens, "
+                       "past the 4294967296 a run can finish");
+    /* the same session with fewer requests fits */
+    strcpy(many, edit_line(BASE_TEXT, 17, "requests = 4095"));
+    ssm_config *c = parse_ok(edit_line(many, 19, "prompt_max = 1048576"));
+    ssm_config_free(c);
+}
+END_TEST
 
 START_TEST(test_value_heads_multiple_of_heads)
 {
@@ -992,7 +1014,7 @@ START_TEST(test_validate_struct)
 
     valid_struct(&c);
     c.workload.requests = 0;
-    expect_struct_error(&c, "[workload] requests = 0 is out of range (allowed: >= 1)");
+    expect_struct_error(&c, "[workload] requests = 0 is out of range (allowed: 1..1048576)");
     valid_struct(&c);
     c.workload.prompt_max = 4;
     expect_struct_error(&c, "[workload] prompt_max = 4 must be >= prompt_min = 8");
@@ -1045,6 +1067,7 @@ Suite *make_suite(void)
     tc = tcase_create("values");
     tcase_add_loop_test(tc, test_bad_value, 0, (int)(sizeof bad_values / sizeof bad_values[0]));
     tcase_add_test(tc, test_bad_lower_bound);
+    tcase_add_test(tc, test_workload_too_long);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("combinations");

@@ -24,11 +24,15 @@ static const char *test_plugin_dir(void)
 
 START_TEST(test_missing_plugin_names_paths)
 {
+    char dir[] = "/tmp/ssm-empty-XXXXXX", tried[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
     ssm_loaded_plugin p = {0};
-    ck_assert_int_eq(ssm_loader_open_mode("nosuch", "/nonexistent-dir", &p), SSM_ERR_PLUGIN);
+    ck_assert_int_eq(ssm_loader_open_mode("nosuch", dir, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has("no plugin for mode 'nosuch'");
-    ck_assert_error_has("/nonexistent-dir/nosuch.so");
+    snprintf(tried, sizeof tried, "%s/nosuch.so", dir);
+    ck_assert_error_has(tried);
     ck_assert_ptr_null(p.handle);
+    rmdir(dir);
 }
 END_TEST
 
@@ -222,6 +226,30 @@ START_TEST(test_list_reports_good_and_bad)
 }
 END_TEST
 
+/* A plugin_dir that is missing or a file is an error naming it, for the
+ * listing and the loader alike; a negative capacity is refused. */
+START_TEST(test_list_refuses_bad_arguments)
+{
+    ssm_plugin_info info[4];
+    int32_t count = 77;
+    ck_assert_int_eq(ssm_plugins_list(NULL, info, -1, &count), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_error_has("capacity -1");
+    ck_assert_int_eq(count, 77);
+    ck_assert_int_eq(ssm_plugins_list("/no/such/plugin/dir", info, 4, &count), SSM_ERR_PLUGIN);
+    ck_assert_error_has("plugin_dir /no/such/plugin/dir: no such directory");
+    ck_assert_int_eq(count, 77);
+    char file[4096];
+    snprintf(file, sizeof file, "%s/wrong_abi.so", test_plugin_dir());
+    ck_assert_int_eq(ssm_plugins_list(file, info, 4, &count), SSM_ERR_PLUGIN);
+    ck_assert_error_has("not a directory");
+    ssm_loaded_plugin p = {0};
+    ck_assert_int_eq(ssm_loader_open_mode("native", "/no/such/plugin/dir", &p), SSM_ERR_PLUGIN);
+    ck_assert_error_has("plugin_dir /no/such/plugin/dir: no such directory");
+    ck_assert_ptr_null(p.handle);
+    ck_assert_int_eq(ssm_plugins_list("", info, 0, &count), SSM_OK); /* "": no extra directory */
+}
+END_TEST
+
 /* 8 lines each: what follows starts at line 9. */
 static const char *model_text =
     "[model]\nkind = gdn\nlayers = 1\nheads = 1\nvalue_heads = 2\nkey_dim = 8\n"
@@ -262,6 +290,15 @@ START_TEST(test_context_with_wrong_abi_mode)
              "plugin_dir = %s\n", test_plugin_dir());
     ck_assert_int_eq(create_from_text(text), SSM_ERR_PLUGIN);
     ck_assert_error_has("ABI version 99");
+}
+END_TEST
+
+START_TEST(test_context_with_missing_plugin_dir)
+{
+    ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = f32\n"
+                                      "max_requests = 1\nplugin_dir = /no/such/plugin/dir\n"),
+                     SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini: [state] plugin_dir /no/such/plugin/dir: no such directory");
 }
 END_TEST
 
@@ -457,10 +494,12 @@ Suite *make_suite(void)
     tcase_add_test(files, test_native_found_on_env_path);
     tcase_add_test(files, test_load_unload_cycles);
     tcase_add_test(files, test_list_reports_good_and_bad);
+    tcase_add_test(files, test_list_refuses_bad_arguments);
     suite_add_tcase(s, files);
     TCase *contexts = tcase_create("contexts");
     tcase_add_test(contexts, test_context_with_wrong_abi_mode);
     tcase_add_test(contexts, test_context_with_missing_mode);
+    tcase_add_test(contexts, test_context_with_missing_plugin_dir);
     tcase_add_test(contexts, test_unknown_section_is_config_error);
     tcase_add_test(contexts, test_pool_past_2_64_bytes);
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # The command's failure modes (TAP): a bad config, a missing plugin, a
 # wrong-ABI plugin, an unknown mode in --modes, a bad --pool-bytes, an
-# out-of-range --stop-after, an empty list item, an unwritable serve --json and
-# an extra inspect argument each give exactly one error line on stderr and
+# out-of-range --stop-after, an empty list item, an unwritable serve --json, an
+# extra inspect argument and a [workload] no run could finish (refused by
+# check and run at its line) each give exactly one error line on stderr and
 # exit 2.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
@@ -36,7 +37,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..14"
+echo "1..16"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -62,6 +63,12 @@ expect_one_line "serve's --json checked before the run" "--json $tmp/none/r.json
     "$ssmstate" serve "$tmp/ok.ini" --json "$tmp/none/r.json"
 expect_one_line "inspect names the extra argument" "bad argument 'extra'" \
     "$ssmstate" inspect "$tmp/ok.ini" extra
+printf '%s\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n[workload]\nprompt_max = 2147483647\n' \
+    "$model" >"$tmp/long_prompt.ini"
+expect_one_line "a prompt no run could finish, at check" "long_prompt.ini:14: [workload] prompt_max = 2147483647 is out of range" \
+    "$ssmstate" check "$tmp/long_prompt.ini"
+expect_one_line "a prompt no run could finish, at run" "long_prompt.ini:14: [workload] prompt_max" \
+    timeout 60 "$ssmstate" run "$tmp/long_prompt.ini"
 long=$(printf '%04080d' 0)
 expect_one_line "--dump under a path too long" "path too long" \
     "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"

@@ -1,6 +1,8 @@
 /* `ssmstate plugins [--plugin-dir DIR]`: what the loader finds on the search
  * path, so an operator can see which modes a config may name and why a
- * plugin is refused. */
+ * plugin is refused. Exit 0 when every file found is a usable plugin; 2
+ * when none was found (naming every directory searched), a file found is
+ * not usable, or DIR is not a directory. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +89,33 @@ void cli_sort_plugins(ssm_plugin_info *infos, int32_t count)
 
 static const char usage_line[] = "ssmstate plugins [--plugin-dir DIR]";
 
+/* The directories ssm_plugins_list searches, in its order: DIR, the
+ * installed directory, each entry of $SSMSTATE_PLUGIN_PATH (which holds the
+ * build's .libs for an uninstalled ssmstate: main.c). */
+static const char *search_path(const char *plugin_dir, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+#define ADD(fmt, ...)                                                                    \
+    do {                                                                                 \
+        int n_ = snprintf(buf + used, len - used, "%s" fmt, used ? ", " : "", __VA_ARGS__); \
+        used = n_ < 0 ? used : (size_t)n_ >= len - used ? len - 1 : used + (size_t)n_;   \
+    } while (0)
+    if (plugin_dir && *plugin_dir)
+        ADD("%s (--plugin-dir)", plugin_dir);
+    ADD("%s (the installed plugin directory)", SSM_PLUGIN_DIR);
+    const char *env = getenv("SSMSTATE_PLUGIN_PATH");
+    while (env && *env) {
+        const char *colon = strchr(env, ':');
+        int n = colon ? (int)(colon - env) : (int)strlen(env);
+        if (n > 0)
+            ADD("%.*s ($SSMSTATE_PLUGIN_PATH)", n, env);
+        env = colon ? colon + 1 : NULL;
+    }
+#undef ADD
+    return buf;
+}
+
 int cmd_plugins(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -112,21 +141,29 @@ int cmd_plugins(int argc, char **argv)
     if (exit_code != CLI_EXIT_OK)
         return exit_code;
 
-    if (listed == 0)
-        printf("no plugins found (search path: --plugin-dir, the installed plugin directory, "
-               "$SSMSTATE_PLUGIN_PATH)\n");
-    else
-        printf("%-10s %-4s %-5s %-6s %-48s %s\n", "name", "abi", "mode", "status",
-               "capabilities", "path");
+    if (listed == 0) {
+        char searched[8192];
+        free(infos);
+        return cli_fail("no plugins found; searched %s",
+                        search_path(plugin_dir, searched, sizeof searched));
+    }
+    printf("%-10s %-4s %-5s %-6s %-48s %s\n", "name", "abi", "mode", "status", "capabilities",
+           "path");
+    int32_t errors = 0;
     for (int32_t i = 0; i < listed; i++) {
         const ssm_plugin_info *p = &infos[i];
         char caps[256];
         printf("%-10s %-4u %-5u %-6s %-48s %s\n", p->name[0] ? p->name : "?", p->abi_version,
                p->mode_version, p->status == SSM_OK ? "ok" : "error",
                format_capabilities(p->capabilities, caps, sizeof caps), p->path);
-        if (p->status != SSM_OK)
+        if (p->status != SSM_OK) {
             printf("           %s: %s\n", ssm_status_name(p->status), p->error);
+            errors++;
+        }
     }
     free(infos);
+    if (errors)
+        return cli_fail("%d of the %d files found %s not usable (listed above)", (int)errors,
+                        (int)listed, errors == 1 ? "is" : "are");
     return CLI_EXIT_OK;
 }

@@ -141,8 +141,48 @@ int cli_parse_bytes(const char *text, uint64_t *out)
     return 0;
 }
 
+/* An uninstalled ssmstate finds its own build's plugins: libtool leaves the
+ * program (or the wrapper script's real program) and the modules in the
+ * build's .libs. So the directory of /proc/self/exe when it is a .libs, or
+ * the .libs beside it, goes at the end of $SSMSTATE_PLUGIN_PATH (after
+ * what the user set there). An installed ssmstate has no .libs beside it
+ * and searches as before. */
+static void add_build_plugins(void)
+{
+    char exe[PATH_MAX], dir[PATH_MAX + 8];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash || slash == exe)
+        return;
+    *slash = '\0';
+    const char *base = strrchr(exe, '/');
+    if (base && !strcmp(base + 1, ".libs"))
+        snprintf(dir, sizeof dir, "%s", exe);
+    else
+        snprintf(dir, sizeof dir, "%s/.libs", exe);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return;
+    const char *path = getenv("SSMSTATE_PLUGIN_PATH");
+    if (!path || !*path) {
+        setenv("SSMSTATE_PLUGIN_PATH", dir, 1);
+        return;
+    }
+    size_t len = strlen(path) + 1 + strlen(dir) + 1;
+    char *joined = malloc(len);
+    if (!joined)
+        return;
+    snprintf(joined, len, "%s:%s", path, dir);
+    setenv("SSMSTATE_PLUGIN_PATH", joined, 1);
+    free(joined);
+}
+
 int main(int argc, char **argv)
 {
+    add_build_plugins();
     static const struct {
         const char *name;
         int (*run)(int argc, char **argv);

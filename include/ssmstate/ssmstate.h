@@ -101,7 +101,7 @@ typedef struct ssm_config {
     ssm_device device;
     int32_t max_requests;        /* slots in the pool */
     int32_t max_draft_tokens;    /* verify rows carry up to 1 + this many tokens */
-    const char *plugin_dir;      /* searched first; NULL or "" to skip */
+    const char *plugin_dir;      /* searched first; NULL or "" to skip; else a directory */
     /* options of every mode section present ([native], [replay], ...): */
     int32_t mode_sections_count;
     const char *const *mode_section_names; /* [mode_sections_count] */
@@ -557,7 +557,11 @@ typedef struct ssm_plugin_info {
  * separated $SSMSTATE_PLUGIN_PATH. Every file is loaded and checked as
  * ssm_ctx_create would; one that fails is listed with its reason. A name
  * found earlier on the path shadows later ones (those are not listed). Writes
- * up to `capacity` entries and the number found to *count. */
+ * up to `capacity` entries and the number found to *count. Errors:
+ * SSM_ERR_INVALID_ARGUMENT (NULL count, NULL out with capacity > 0, a
+ * negative capacity), SSM_ERR_PLUGIN (a plugin_dir that is missing or not a
+ * directory, named; the installed directory and $SSMSTATE_PLUGIN_PATH's may
+ * be missing). */
 ssm_status ssm_plugins_list(const char *plugin_dir, ssm_plugin_info *out, int32_t capacity,
                             int32_t *count);
 
