@@ -40,7 +40,7 @@ static ssm_status make_fresh(ssm_ctx *ctx, int32_t slot, void *stream)
     ssm_status status = ctx->mode->reset_slot(ctx->instance, slot, stream);
     if (status != SSM_OK)
         return status;
-    ssm_tickets_forget_slot(&ctx->tickets, slot);
+    ssm_tickets_forget_slot(&ctx->tickets, slot, OVERTAKEN_BY_RESET);
     ctx->slot_flags[slot] = 0;
     ssm_device_flags_clear(ctx, slot, stream);
     return SSM_OK;
@@ -104,11 +104,15 @@ ssm_status ssm_slot_release(ssm_ctx *ctx, int32_t slot)
     return SSM_OK;
 }
 
-void ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out)
+ssm_status ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out)
 {
+    if (!ctx || !out)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_pool_query: %s is NULL",
+                             ctx ? "out" : "ctx");
     out->capacity = ctx->capacity;
     out->free = ctx->free_count;
     out->used = ctx->capacity - ctx->free_count;
+    return SSM_OK;
 }
 
 ssm_status ssm_ctx_status(const ssm_ctx *ctx, ssm_ctx_report *out)

@@ -103,7 +103,7 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
      * of an earlier forward over these slots is stale from now on. */
     for (int32_t r = 0; status == SSM_OK && r < batch->rows; r++)
         if (slots[r] >= 0)
-            ssm_tickets_forget_slot(&ctx->tickets, slots[r]);
+            ssm_tickets_forget_slot(&ctx->tickets, slots[r], OVERTAKEN_BY_DECODE);
     return status;
 }
 

@@ -90,9 +90,12 @@ ssm_status ssm_tickets_lookup(ssm_ticket_book *book, const ssm_ticket *ticket, s
                                  "ticket of forward %llu was already committed",
                                  (unsigned long long)f->id);
         return ssm_error_set(SSM_ERR_TICKET_STALE,
-                             "ticket of forward %llu is stale: its rows were verified again "
-                             "since",
-                             (unsigned long long)f->id);
+                             "ticket of forward %llu is stale: it was already committed, and "
+                             "its rows were %s since",
+                             (unsigned long long)f->id,
+                             f->superseded == OVERTAKEN_BY_DECODE   ? "decoded"
+                             : f->superseded == OVERTAKEN_BY_RESET ? "reset or released"
+                                                                   : "verified again");
     case FORWARD_ABORTED:
         return ssm_error_set(SSM_ERR_TICKET_STALE,
                              "ticket of forward %llu is stale: the forward was aborted",
@@ -139,8 +142,8 @@ ssm_forward *ssm_tickets_open(ssm_ticket_book *book, const ssm_batch *batch,
         if (slot < 0)
             continue;
         ssm_forward *previous = book->slot_latest[slot] ? find(book, book->slot_latest[slot]) : NULL;
-        if (previous)
-            previous->superseded = 1;
+        if (previous && !previous->superseded)
+            previous->superseded = OVERTAKEN_BY_VERIFY;
         book->slot_pending[slot] = id;
         book->slot_latest[slot] = id;
         book->slot_row[slot] = r;
@@ -174,11 +177,11 @@ void ssm_tickets_abort(ssm_ticket_book *book, ssm_forward *forward)
     book->open_count--;
 }
 
-void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot)
+void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot, forward_overtaken why)
 {
     ssm_forward *latest = book->slot_latest[slot] ? find(book, book->slot_latest[slot]) : NULL;
-    if (latest)
-        latest->superseded = 1;
+    if (latest && !latest->superseded)
+        latest->superseded = why;
 }
 
 void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward)

@@ -10,6 +10,15 @@
 #define SSM_MAX_OPEN_FORWARDS 64
 #define SSM_FORWARD_HISTORY 256
 
+/* What overtook a committed forward's rows first (its ticket is stale from
+ * then on; ssm_tickets_lookup says which). */
+typedef enum forward_overtaken {
+    OVERTAKEN_NOT = 0,
+    OVERTAKEN_BY_VERIFY, /* a later verify opened over one of its slots */
+    OVERTAKEN_BY_DECODE, /* a decode ran on one of its slots (a verify and commit in one) */
+    OVERTAKEN_BY_RESET   /* one of its slots was reset, released or made fresh */
+} forward_overtaken;
+
 typedef enum forward_state {
     FORWARD_UNUSED = 0,
     FORWARD_OPEN,
@@ -20,7 +29,7 @@ typedef enum forward_state {
 typedef struct ssm_forward {
     uint64_t id;
     forward_state state;
-    int superseded;        /* a later verify opened over one of its slots */
+    forward_overtaken superseded; /* what overtook its rows first; OVERTAKEN_NOT: nothing */
     int32_t rows, tokens;
     const int32_t *slots;  /* the caller's buffer; must stay unchanged until commit */
     const int32_t *slots_host; /* what the host reads: slots, or its host copy (CUDA) */
@@ -70,9 +79,10 @@ void ssm_tickets_close(ssm_ticket_book *book, ssm_forward *forward);
 /* Ends an open forward without a commit (ssm_forward_abort). */
 void ssm_tickets_abort(ssm_ticket_book *book, ssm_forward *forward);
 
-/* A slot was made fresh, or decoded (an implicit verify and commit): a
- * ticket naming it from before reads as stale. */
-void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot);
+/* A slot was made fresh (OVERTAKEN_BY_RESET) or decoded (OVERTAKEN_BY_DECODE:
+ * an implicit verify and commit): a ticket naming it from before reads as
+ * stale, and says which. */
+void ssm_tickets_forget_slot(ssm_ticket_book *book, int32_t slot, forward_overtaken why);
 
 /* 1 when row r of an open forward still names the slot it was opened with. */
 static inline int ssm_tickets_row_matches(const ssm_ticket_book *book, uint64_t forward,

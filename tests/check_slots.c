@@ -55,7 +55,7 @@ static void prefill_all(ssm_ctx *ctx, const world *wd, const ssm_prefill_batch *
 static void assert_pool(const ssm_ctx *ctx, int32_t cap, int32_t used, const char *what)
 {
     ssm_pool_stats st = {-1, -1, -1};
-    ssm_pool_query(ctx, &st);
+    EXPECT(ssm_pool_query(ctx, &st), SSM_OK);
     ck_assert_msg(st.capacity == cap && st.used == used && st.free == cap - used &&
                       st.used + st.free == st.capacity,
                   "%s: pool says capacity %d, used %d, free %d; want %d, %d, %d", what,
@@ -290,6 +290,11 @@ START_TEST(test_pool_null_arguments)
     uint32_t f = 77;
     EXPECT(ssm_slot_flags(NULL, rest_a[0], &f), SSM_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(f, 77);
+    ssm_pool_stats st = {77, 77, 77};
+    EXPECT(ssm_pool_query(NULL, &st), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(st.capacity == 77 && st.used == 77 && st.free == 77,
+                  "a rejected pool query wrote its stats");
+    EXPECT(ssm_pool_query(a, NULL), SSM_ERR_INVALID_ARGUMENT);
     assert_pool(a, 3, 2, "after NULL arguments");
     snaps_take(a, 2, rest_a, after);
     snaps_assert_equal(2, before, after, "NULL arguments");

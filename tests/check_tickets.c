@@ -96,6 +96,9 @@ START_TEST(test_stale_after_reverify)
     /* Stale at commit, with the accepted lengths the first commit used and
      * with others. */
     EXPECT(ssm_commit(a, &t1, acc1, NULL), SSM_ERR_TICKET_STALE);
+    ck_assert_msg(strstr(ssm_last_error(), "already committed, and its rows were verified again "
+                                           "since") != NULL,
+                  "%s", ssm_last_error());
     EXPECT(ssm_commit(a, &t1, acc2, NULL), SSM_ERR_TICKET_STALE);
     EXPECT(test_snapshot_take(a, sa[2], &after), SSM_OK);
     ck_assert_msg(test_snapshot_equal(&before, &after), "a stale commit changed an idle slot");
@@ -268,6 +271,12 @@ START_TEST(test_reset_refused_in_open_forward)
     EXPECT(ssm_commit(b, &tb, acc, NULL), SSM_OK);
     for (int i = 0; i < 3; i++)
         assert_slot_same(a, sa[i], b, sb[i], "slot of a forward whose reset was refused");
+    /* Committed, then reset: the ticket is stale, and says so. */
+    EXPECT(ssm_slot_reset(a, sa[1], NULL), SSM_OK);
+    EXPECT(ssm_commit(a, &t, acc, NULL), SSM_ERR_TICKET_STALE);
+    ck_assert_msg(strstr(ssm_last_error(), "already committed, and its rows were reset or "
+                                           "released since") != NULL,
+                  "%s", ssm_last_error());
     ios_free(&wd, v);
     ios_free(&wd, vb);
     ssm_ctx_destroy(a);
@@ -1131,11 +1140,23 @@ START_TEST(test_decode_commits_implicitly)
     /* Decoded over since, the committed forward's ticket is stale, not
      * repeated (a decode is a verify and commit of one token). */
     EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_ERR_TICKET_REPEATED);
+    ck_assert_msg(strstr(ssm_last_error(), "was already committed") != NULL, "%s",
+                  ssm_last_error());
     ssm_batch again = {3, 1, rows_a, NULL}, again_b = {3, 1, rows_b, NULL};
     test_io *d2 = ios_make(&wd, 3), *d2b = ios_clone(&wd, d2, 3);
     decode_all(a, &wd, &again, d2);
     decode_all(b, &wd, &again_b, d2b);
     EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_ERR_TICKET_STALE);
+    /* The message says what happened: decoded, not verified again. */
+    ck_assert_msg(strstr(ssm_last_error(), "already committed, and its rows were decoded since") !=
+                      NULL,
+                  "%s", ssm_last_error());
+    /* A later reset does not rewrite what overtook the rows first. */
+    EXPECT(ssm_slot_reset(a, sa[0], NULL), SSM_OK);
+    EXPECT(ssm_slot_reset(b, sb[0], NULL), SSM_OK);
+    EXPECT(ssm_commit(a, &ta, acc, NULL), SSM_ERR_TICKET_STALE);
+    ck_assert_msg(strstr(ssm_last_error(), "rows were decoded since") != NULL, "%s",
+                  ssm_last_error());
     assert_twins_and_working(&wd, a, sa, b, sb);
 
     ios_free(&wd, d2);

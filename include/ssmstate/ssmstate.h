@@ -192,8 +192,9 @@ typedef struct ssm_pool_stats {
     int32_t free; /* used + free == capacity, always */
 } ssm_pool_stats;
 
-/* Pool accounting; never fails for a valid ctx. */
-void ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out);
+/* Pool accounting; never fails for a valid ctx and out. Errors:
+ * SSM_ERR_INVALID_ARGUMENT (NULL ctx or out; *out untouched). */
+ssm_status ssm_pool_query(const ssm_ctx *ctx, ssm_pool_stats *out);
 
 /* ------------------------------------------------------------------ steps */
 
