@@ -147,7 +147,7 @@ static unsigned char *some_page(st_session *s)
 static ssm_ticket some_ticket(st_session *s, int ci)
 {
     st_ctx *c = &s->c[ci], *peer = &s->c[1 - ci];
-    ssm_ticket t = {~0ull, 1, 1, 1}; /* forged */
+    ssm_ticket t = {~0ull, 1, 1, 1, 0}; /* forged */
     switch (test_rng_int(&s->rng, 0, 4)) {
     case 0: /* the newest: repeated unless its slots moved on */
         if (c->old_count)

@@ -298,7 +298,8 @@ static void shared_calls(shared_worker *w, int rounds)
             ssm_config *c = NULL;
             ssm_plan plan;
             if (ssm_config_load(path, &c) != SSM_OK || ssm_config_plan(c, &plan) != SSM_OK)
-                snprintf(w->why, sizeof w->why, "%s: %s", path, ssm_last_error());
+                /* bounded, so the message always fits why[] (path could not) */
+                snprintf(w->why, sizeof w->why, "%.300s: %.280s", path, ssm_last_error());
             else
                 w->got.pool_bytes[i] = plan.pool_bytes;
             ssm_config_free(c);
