@@ -2,9 +2,10 @@
 # The command's failure modes (TAP): a bad config, a missing plugin, a
 # wrong-ABI plugin, an unknown mode in --modes, a bad --pool-bytes, an
 # out-of-range --stop-after, an empty list item, an unwritable serve --json, an
-# extra inspect argument and a [workload] no run could finish (refused by
-# check and run at its line) each give exactly one error line on stderr and
-# exit 2.
+# extra inspect argument, a [workload] no run could finish (refused by check
+# and run at its line) and a conformance run on a file that is no usable
+# plugin (ssmstate conform, check_conformance) each give exactly one error
+# line on stderr and exit 2.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -37,7 +38,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..16"
+echo "1..18"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -69,6 +70,12 @@ expect_one_line "a prompt no run could finish, at check" "long_prompt.ini:14: [w
     "$ssmstate" check "$tmp/long_prompt.ini"
 expect_one_line "a prompt no run could finish, at run" "long_prompt.ini:14: [workload] prompt_max" \
     timeout 60 "$ssmstate" run "$tmp/long_prompt.ini"
+expect_one_line "conform on a library that is no plugin" \
+    "not a usable mode plugin: $SSM_TEST_PLUGIN_DIR/no_symbol.so is not an ssmstate plugin" \
+    "$ssmstate" conform "$SSM_TEST_PLUGIN_DIR/no_symbol.so"
+expect_one_line "the conformance runner on a plugin of another ABI" \
+    "not a usable mode plugin: $SSM_TEST_PLUGIN_DIR/wrong_abi.so: symbol ssm_plugin_entry_v1 declares plugin ABI version 99" \
+    "$SSM_TOP_BUILDDIR/tests/conformance/check_conformance" "$SSM_TEST_PLUGIN_DIR/wrong_abi.so"
 long=$(printf '%04080d' 0)
 expect_one_line "--dump under a path too long" "path too long" \
     "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"

@@ -17,7 +17,8 @@ static const char help_text[] =
     "Every test draws fresh random inputs; the seed is printed, and SSM_TEST_SEED\n"
     "replays a run. CK_VERBOSITY=verbose lists every test.\n"
     "\n"
-    "exit status: 0 every test passed, 1 a test failed, 2 bad usage\n";
+    "exit status: 0 every test passed, 1 a test failed, 2 bad usage or a target that\n"
+    "is not a plugin that loads (one line says why; no test runs)\n";
 
 int cmd_conform(int argc, char **argv)
 {
@@ -29,5 +30,8 @@ int cmd_conform(int argc, char **argv)
         return cli_usage(usage, NULL);
     if (argc > 3 || argv[1][0] == '-')
         return cli_usage(usage, argc > 3 ? argv[3] : argv[1]);
-    return conform_main(argc, argv) == 0 ? CLI_EXIT_OK : CLI_EXIT_CHECK_FAILED;
+    int status = conform_main(argc, argv);
+    return status == 0                      ? CLI_EXIT_OK
+           : status == CONFORM_NOT_A_PLUGIN ? CLI_EXIT_USAGE
+                                            : CLI_EXIT_CHECK_FAILED;
 }

@@ -193,7 +193,10 @@ void error_random(session *s);
 
 /* The suite's command line (main.c): `PLUGIN.so|MODE [key=value,...]` in
  * argv[1] and argv[2], or the environment; the exit status of check_conformance
- * and of `ssmstate conform`. */
+ * (0 passed, 1 a test failed or bad usage, CONFORM_NOT_A_PLUGIN). */
 int conform_main(int argc, char **argv);
+/* conform_main's status when the target is no plugin that loads (one line
+ * said why; no test ran). */
+#define CONFORM_NOT_A_PLUGIN 2
 
 #endif

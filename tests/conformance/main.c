@@ -67,6 +67,48 @@ static int target_from_path(const char *arg, char *dir, size_t dir_len, char *mo
     return 0;
 }
 
+/* Before any test: the plugin under test is on the path and loads. A file
+ * that is no plugin (or one this library refuses) would fail every test in
+ * the same words; it gets one line instead. 0, or -1 after that line. */
+static int preflight(const char *arg)
+{
+    int32_t capacity = 64, count = 0;
+    ssm_plugin_info *infos = NULL;
+    for (;;) {
+        free(infos);
+        infos = calloc((size_t)capacity, sizeof *infos);
+        if (!infos) {
+            fprintf(stderr, "check_conformance: out of memory\n");
+            return -1;
+        }
+        if (ssm_plugins_list(conform.plugin_dir, infos, capacity, &count) != SSM_OK) {
+            fprintf(stderr, "check_conformance: %s\n", ssm_last_error());
+            free(infos);
+            return -1;
+        }
+        if (count <= capacity)
+            break;
+        capacity = count;
+    }
+    const ssm_plugin_info *mine = NULL;
+    for (int32_t i = 0; i < count && !mine; i++)
+        if (strcmp(infos[i].name, conform.mode) == 0)
+            mine = &infos[i];
+    int ok = mine && mine->status == SSM_OK;
+    if (!mine && conform.plugin_dir)
+        fprintf(stderr,
+                "check_conformance: %s is not a mode plugin: the loader finds no mode '%s' in "
+                "%s%s\n",
+                arg, conform.mode, conform.plugin_dir,
+                strncmp(conform.mode, "lib", 3) ? "" : " (a mode's name never starts with lib)");
+    else if (!mine)
+        fprintf(stderr, "check_conformance: no plugin for mode '%s' on the search path\n", arg);
+    else if (!ok)
+        fprintf(stderr, "check_conformance: not a usable mode plugin: %s\n", mine->error);
+    free(infos);
+    return ok ? 0 : -1;
+}
+
 int conform_main(int argc, char **argv)
 {
     static char dir[4096], mode[256];
@@ -106,6 +148,8 @@ int conform_main(int argc, char **argv)
         fprintf(stderr, "check_conformance: SSM_CONFORM_MAX_TOKENS must be in [1, 5]\n");
         return EXIT_FAILURE;
     }
+    if (preflight(arg) != 0)
+        return CONFORM_NOT_A_PLUGIN;
     fprintf(stderr, "# conformance of mode '%s' (%s)\n", conform.mode,
             conform.plugin_dir ? conform.plugin_dir : "search path");
 
