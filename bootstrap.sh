@@ -10,7 +10,7 @@ verb=${1:-build}
 shift || true
 
 packages=(build-essential autoconf automake libtool pkg-config libinih-dev check
-          python3 python3-numpy)
+          python3 python3-numpy python3-pytest)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
