@@ -250,6 +250,12 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for a context");
     ssm_option_v1 *options = NULL;
     ssm_status status = ssm_config_clone(config, &ctx->config);
+    /* The device before anything is loaded or allocated on it: a missing
+     * GPU reads as such, not as the first allocation that fails. */
+    if (status == SSM_OK)
+        status = ssm_config_validate(ctx->config);
+    if (status == SSM_OK)
+        status = ssm_device_check(&ctx->config->device);
     if (status == SSM_OK)
         status = resolve(ctx->config, &ctx->plugin, &ctx->params, &options, &ctx->plan);
     if (status != SSM_OK) {

@@ -13,6 +13,45 @@
 
 #define SSM_ALIGNMENT 256
 
+ssm_status ssm_device_check(const ssm_device *device)
+{
+    if (!device)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_device_check: device is NULL");
+    if (device->type == SSM_DEVICE_CPU)
+        return device->index == 0 ? SSM_OK
+                                  : ssm_error_set(SSM_ERR_INVALID_ARGUMENT,
+                                                  "cpu:%d: the CPU has index 0",
+                                                  (int)device->index);
+    if (device->type != SSM_DEVICE_CUDA || device->index < 0)
+        return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "device type %d index %d is not a device",
+                             (int)device->type, (int)device->index);
+#ifdef HAVE_CUDA
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: later calls may try again */
+        return ssm_error_set(SSM_ERR_DEVICE, "cuda:%d: no GPU visible (CUDA: %s)",
+                             (int)device->index, cudaGetErrorString(e));
+    }
+    if (count == 0)
+        return ssm_error_set(SSM_ERR_DEVICE,
+                             "cuda:%d: no GPU visible (the CUDA runtime finds none)",
+                             (int)device->index);
+    if (device->index >= count && count == 1)
+        return ssm_error_set(SSM_ERR_DEVICE, "cuda:%d: no such GPU (1 visible: cuda:0)",
+                             (int)device->index);
+    if (device->index >= count)
+        return ssm_error_set(SSM_ERR_DEVICE,
+                             "cuda:%d: no such GPU (%d visible: cuda:0 to cuda:%d)",
+                             (int)device->index, count, count - 1);
+    return SSM_OK;
+#else
+    return ssm_error_set(SSM_ERR_UNSUPPORTED,
+                         "cuda:%d: this build has no CUDA support (configure --with-cuda)",
+                         (int)device->index);
+#endif
+}
+
 /* Zeroed memory in `device`'s space (host: 256-byte aligned), or NULL; a
  * counted allocation that the fault hook can fail. */
 void *ssm_device_alloc(const ssm_device *device, size_t bytes)

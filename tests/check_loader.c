@@ -302,6 +302,41 @@ START_TEST(test_context_with_missing_plugin_dir)
 }
 END_TEST
 
+/* The device is checked before anything is loaded or allocated on it:
+ * one message for a GPU that is not there (ssm_device_check). */
+START_TEST(test_device_checked_first)
+{
+    ssm_device cpu = {SSM_DEVICE_CPU, 0}, cpu1 = {SSM_DEVICE_CPU, 1};
+    ssm_device far = {SSM_DEVICE_CUDA, 1023};
+    ck_assert_int_eq(ssm_device_check(&cpu), SSM_OK);
+    ck_assert_int_eq(ssm_device_check(&cpu1), SSM_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(ssm_device_check(NULL), SSM_ERR_INVALID_ARGUMENT);
+    ssm_status status = ssm_device_check(&far);
+    ck_assert_msg(status == SSM_ERR_DEVICE || status == SSM_ERR_UNSUPPORTED, "%s",
+                  ssm_last_error());
+    ck_assert_msg(strstr(ssm_last_error(), "cuda:1023: no GPU visible (") ||
+                      strstr(ssm_last_error(), "cuda:1023: no such GPU (") ||
+                      strstr(ssm_last_error(), "cuda:1023: this build has no CUDA support"),
+                  "%s", ssm_last_error());
+    /* A context there: that message (a build without CUDA refuses the config first). */
+    char why[512];
+    snprintf(why, sizeof why, "%s", ssm_last_error());
+    char text[1024];
+    snprintf(text, sizeof text, "%s[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n"
+             "device = cuda:1023\n", model_text);
+    ssm_config *config = NULL;
+    if (ssm_config_parse_text(text, "test.ini", &config) != SSM_OK) {
+        ck_assert_error_has("this build has no CUDA support");
+        return;
+    }
+    ssm_ctx *ctx = NULL;
+    ck_assert_int_eq(ssm_ctx_create(config, &ctx), status);
+    ck_assert_msg(!strcmp(ssm_last_error(), why), "'%s', not '%s'", ssm_last_error(), why);
+    ck_assert_ptr_null(ctx);
+    ssm_config_free(config);
+}
+END_TEST
+
 START_TEST(test_context_with_missing_mode)
 {
     ck_assert_int_eq(create_from_text("[state]\nmode = nosuch\nstate_dtype = f32\nmax_requests = 1\n"),
@@ -500,6 +535,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_context_with_wrong_abi_mode);
     tcase_add_test(contexts, test_context_with_missing_mode);
     tcase_add_test(contexts, test_context_with_missing_plugin_dir);
+    tcase_add_test(contexts, test_device_checked_first);
     tcase_add_test(contexts, test_unknown_section_is_config_error);
     tcase_add_test(contexts, test_pool_past_2_64_bytes);
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);

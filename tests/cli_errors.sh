@@ -5,7 +5,8 @@
 # extra inspect argument, a [workload] no run could finish (refused by check
 # and run at its line) and a conformance run on a file that is no usable
 # plugin (ssmstate conform, check_conformance) each give exactly one error
-# line on stderr and exit 2.
+# line on stderr and exit 2. A config on a GPU that cannot run (no GPU, no
+# CUDA build) gets one message from run, bench and serve.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -38,7 +39,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..18"
+echo "1..19"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -76,6 +77,33 @@ expect_one_line "conform on a library that is no plugin" \
 expect_one_line "the conformance runner on a plugin of another ABI" \
     "not a usable mode plugin: $SSM_TEST_PLUGIN_DIR/wrong_abi.so: symbol ssm_plugin_entry_v1 declares plugin ABI version 99" \
     "$SSM_TOP_BUILDDIR/tests/conformance/check_conformance" "$SSM_TEST_PLUGIN_DIR/wrong_abi.so"
+# device = cuda where no GPU can run it: run, bench and serve say the same
+# thing, the library's (ssm_device_check): "no GPU visible" in a CUDA build
+# without a GPU, "no CUDA support" in a build without CUDA.
+printf '%s\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\ndevice = cuda\n' \
+    "$model" >"$tmp/cuda.ini"
+n=$((n + 1))
+"$ssmstate" run "$tmp/cuda.ini" --quiet >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "run drives CPU contexts only" "$tmp/err"; then
+    echo "ok $n - one message for a missing GPU # SKIP a GPU is visible"
+else
+    said=$(sed -n 's/^ssmstate: //p' "$tmp/err")
+    "$ssmstate" bench "$tmp/cuda.ini" --quick >/dev/null 2>"$tmp/bench.err"
+    bench_rc=$?
+    "$ssmstate" serve "$tmp/cuda.ini" --device cuda --quiet >/dev/null 2>"$tmp/serve.err"
+    serve_rc=$?
+    if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+        { grep -qF "cuda:0: no GPU visible (" "$tmp/err" ||
+            grep -qF "this build has no CUDA support" "$tmp/err"; } &&
+        grep -qF -- "$said" "$tmp/bench.err" && grep -qF -- "$said" "$tmp/serve.err"; then
+        echo "ok $n - one message for a missing GPU: run, bench and serve"
+    else
+        echo "not ok $n - one message for a missing GPU (run exit $rc, bench $bench_rc, serve $serve_rc)"
+        sed 's/^/# /' "$tmp/err" "$tmp/bench.err" "$tmp/serve.err"
+        fails=$((fails + 1))
+    fi
+fi
 long=$(printf '%04080d' 0)
 expect_one_line "--dump under a path too long" "path too long" \
     "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"

@@ -188,15 +188,21 @@ static int find_devices(ssm_config *const *loaded, const char *const *configs, i
     for (int i = 0; i < count; i++) {
         const ssm_config *c = loaded[i];
         int32_t visible = 0;
-        char why[256];
+        char why[512];
         devices[i] = c->device.type == SSM_DEVICE_CUDA ? c->device.index : 0;
+        /* The library's words for a missing GPU (ssm_device_check), as run's. */
+        const ssm_device asked = {SSM_DEVICE_CUDA, devices[i]}, first = {SSM_DEVICE_CUDA, 0};
+        if (ssm_device_check(&asked) != SSM_OK) {
+            snprintf(why, sizeof why, "%s", ssm_last_error());
+            if (ssm_device_check(&first) == SSM_OK) /* a GPU past those visible */
+                return cli_fail("bench: %s: %s", configs[i], why);
+            fprintf(stderr, "ssmstate: bench: %s; nothing measured\n", why);
+            return BENCH_EXIT_NO_GPU;
+        }
         if (bench_gpu_count(devices[i], &visible, names[i], sizeof names[i], why, sizeof why)) {
             fprintf(stderr, "ssmstate: bench: %s; nothing measured\n", why);
             return BENCH_EXIT_NO_GPU;
         }
-        if (devices[i] >= visible)
-            return cli_fail("bench: %s names cuda:%d, but %d GPU%s visible", configs[i],
-                            devices[i], visible, visible == 1 ? " is" : "s are");
     }
     return CLI_EXIT_OK;
 }
@@ -250,8 +256,11 @@ int cmd_bench(int argc, char **argv)
             exit_code = cli_fail_library();
 #ifndef HAVE_CUDA
     if (exit_code == CLI_EXIT_OK) {
-        fprintf(stderr, "ssmstate: bench: this build has no CUDA (configure --with-cuda); "
-                        "nothing measured\n");
+        const ssm_device gpu = {SSM_DEVICE_CUDA, loaded[0]->device.type == SSM_DEVICE_CUDA
+                                                     ? loaded[0]->device.index
+                                                     : 0};
+        ssm_device_check(&gpu); /* the library's words, as run's and serve's */
+        fprintf(stderr, "ssmstate: bench: %s; nothing measured\n", ssm_last_error());
         exit_code = BENCH_EXIT_NO_GPU;
     }
 #else

@@ -22,22 +22,6 @@ static int cuda_ok(cudaError_t status, const char *what, char *error, size_t len
     return -1;
 }
 
-/* GPUs visible, or -1 when the runtime finds none (why says so). */
-static int visible_gpus(char *why, size_t len)
-{
-    int count = 0;
-    cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-        snprintf(why, len, "no GPU visible (cudaGetDeviceCount: %s)", cudaGetErrorString(status));
-        (void)cudaGetLastError();
-        return -1;
-    }
-    if (count == 0) {
-        snprintf(why, len, "no GPU visible (cudaGetDeviceCount found none)");
-        return -1;
-    }
-    return count;
-}
 #endif
 
 /* "cuda" or "cuda:N" into *index (0 for "cuda"); -1 for anything else. */
@@ -67,18 +51,20 @@ int serve_device_pick(const char *forced, const ssm_config *config, serve_device
         return CLI_EXIT_OK;
     if (forced && parse_cuda(forced, &index) != 0)
         return cli_fail("--device: '%s' is not cpu, cuda or cuda:N", forced);
-#ifdef HAVE_CUDA
-    char why[256];
-    int count = visible_gpus(why, sizeof why);
-    if (count < 0) {
-        if (!forced)
-            return CLI_EXIT_OK; /* no GPU: the CPU */
+    /* The library's words for a missing GPU (ssm_device_check), as run's. */
+    const ssm_device first = {SSM_DEVICE_CUDA, 0}, asked = {SSM_DEVICE_CUDA, index};
+    if (ssm_device_check(&asked) != SSM_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ssm_last_error());
+        int none = ssm_device_check(&first) != SSM_OK; /* no GPU at all, or no CUDA build */
+        if (none && !forced)
+            return CLI_EXIT_OK; /* the CPU */
+        if (!none)
+            return cli_fail("serve: %s", why); /* a GPU past those visible */
         fprintf(stderr, "ssmstate: serve: %s; nothing measured\n", why);
         return SERVE_EXIT_NO_GPU;
     }
-    if (index >= count)
-        return cli_fail("serve: cuda:%d asked for, but %d GPU%s visible", index, count,
-                        count == 1 ? " is" : "s are");
+#ifdef HAVE_CUDA
     struct cudaDeviceProp properties;
     if (cudaGetDeviceProperties(&properties, index) == cudaSuccess)
         snprintf(d->name, sizeof d->name, "%s", properties.name);
@@ -87,12 +73,8 @@ int serve_device_pick(const char *forced, const ssm_config *config, serve_device
     d->where = (ssm_device){SSM_DEVICE_CUDA, index};
     return CLI_EXIT_OK;
 #else
-    (void)index;
-    if (!forced)
-        return CLI_EXIT_OK;
-    fprintf(stderr, "ssmstate: serve: this build has no CUDA (configure --with-cuda); "
-                    "nothing measured\n");
-    return SERVE_EXIT_NO_GPU;
+    return cli_fail("serve: cuda:%d passed the device check of a build without CUDA",
+                    (int)index);
 #endif
 }
 

@@ -129,11 +129,22 @@ void ssm_config_defaults(ssm_config *config);
 
 /* --------------------------------------------------------------- context */
 
-/* Creates a context: validates the config (and the mode's section, through its
- * plugin), loads the mode plugin, allocates the whole pool. Errors:
- * SSM_ERR_CONFIG, SSM_ERR_PLUGIN, SSM_ERR_UNSUPPORTED, SSM_ERR_OUT_OF_MEMORY,
- * SSM_ERR_DEVICE. Nothing is left behind on failure. */
+/* Creates a context: validates the config, checks its device
+ * (ssm_device_check), validates the mode's section through its plugin,
+ * loads the mode plugin, allocates the whole pool. Errors: SSM_ERR_CONFIG,
+ * SSM_ERR_PLUGIN, SSM_ERR_UNSUPPORTED, SSM_ERR_OUT_OF_MEMORY, SSM_ERR_DEVICE.
+ * Nothing is left behind on failure. */
 ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out);
+
+/* Whether a context can be made on `device` now: the CPU always; cuda:N when
+ * this build has CUDA and GPU N is visible. ssm_ctx_create asks it before
+ * anything else touches the device, and the command's run, bench and serve
+ * report its message, so a missing GPU reads the same everywhere. Errors:
+ * SSM_ERR_INVALID_ARGUMENT (NULL, not a device), SSM_ERR_DEVICE
+ * ("cuda:0: no GPU visible (CUDA: ...)", "cuda:2: no such GPU (1 visible:
+ * cuda:0)"), SSM_ERR_UNSUPPORTED ("cuda:0: this build has no CUDA support
+ * (configure --with-cuda)"). */
+ssm_status ssm_device_check(const ssm_device *device);
 
 /* ssm_config_load + ssm_ctx_create. */
 ssm_status ssm_ctx_create_from_file(const char *path, ssm_ctx **out);
