@@ -1,36 +1,51 @@
-/* SPEC 3.5's bounds for outputs ("replay vs native" and "any mode, CPU vs
- * ...": the same numbers) as the conformance and cross-mode tests hold them.
+/* The numerics contract's bounds (docs/numerics.md) as the conformance,
+ * cross-mode, stress and GPU suites hold outputs and states to them.
  *
- *   fp32 activations, fp32 state: relative RMS <= 1e-5;
- *   bf16 activations, bf16 state: relative RMS <= 4e-3 (also with fp32
- *     activations: a bf16 state decides);
- *   bf16 activations, fp32 state: each element within one bf16 ulp.
+ * Every bound is a relative RMS, ||got - ref|| / ||ref||, over the whole
+ * tensor; there is no rule per element. An element near zero (cancellation
+ * in q . S, a value head whose v is tiny) may land many bf16 ulps from its
+ * reference when two exact forms round differently, and that is no defect:
+ * tests/check_numerics.c shows such outputs, and a real defect failing.
  *
- * Relative RMS is ||got - ref|| / ||ref|| "over the whole tensor" (SPEC
- * 3.5): here the whole output of a session, per layer, assembled block by
- * block. Held per block instead (one row of one step: T * HV * V elements)
- * the bounds fail on correct modes at small shapes, because a history mode's
- * error follows the scale of the state, not of each output: replay vs
- * native with a bf16 state at HV=4, K=V=128, 600 decode steps, measured
- * per-token relative RMS up to 4.7e-3 while the whole output sits at
- * 1.5e-3; with fp32 state and 16-element blocks, single blocks reach 1.5e-5.
- * Every block is still checked for non-finite values at once (NaN never
- * passes), and the whole-output bound is checked after every step once a
- * layer has produced SPEC_WHOLE_MIN_ELEMENTS outputs, and at the end always.
+ * Two comparisons have their own numbers, so each has its own function:
  *
- * "Within one bf16 ulp" is held per element as |got - ref| <= ulp(ref) +
- * 4e-5 * rms(ref over the block): bf16 outputs over an fp32 state are the fp32
- * outputs, themselves within 1e-5 relative RMS, rounded once. The second
- * term only matters for elements far below the block's scale (cancellation
- * in q . S), where one ulp of the element is smaller than the fp32 error of
- * the sum: measured, elements 2 to 11 ulps apart in blocks whose relative
- * RMS was 1e-9 to 2e-8. One element's fp32 error can be a few times the
- * RMS-level 1e-5 (single 16-element blocks reach 1.5e-5): replay's
- * `outputs = matrix` once put an element 500 times below its block's RMS
- * 1.3e-5 of that RMS from native's, two ulps apart (conformance seed
- * 9507436005923080614), so the share is 4e-5. At an element's own scale a
- * bf16 ulp is 2^-8 of it, so anywhere else a two-ulp difference still
- * fails. */
+ *   spec_bound_vs_native: on one device, any output form against native's
+ *     (replay's identity, matrix and exact forms against native; a plugin
+ *     against the CPU reference, which computes what native computes):
+ *       fp32 state: <= 1e-5 (fp32 outputs), <= 2e-4 (bf16 outputs);
+ *       bf16 state: <= 1e-2, the bound native itself meets against an fp64
+ *         reference (rounding the state after every token accumulates).
+ *   spec_bound_cpu_vs_cuda, spec_bound_cpu_vs_cuda_state: the same mode (or
+ *     native) on the CPU against a CUDA context, decode, verify and prefill
+ *     (the GPU may contract multiply-adds and use hardware approximations):
+ *       outputs over an fp32 state: <= 1e-4 (fp32), <= 5e-4 (bf16);
+ *       fp32 state: <= 1e-4;
+ *       bf16 state, outputs and state: <= 1e-2, as above.
+ *
+ * "Whole tensor" is here the whole output of a session, per layer,
+ * assembled block by block (spec_add_block): held per block (one row of one
+ * step: T * HV * V elements) the bounds fail on correct modes at small
+ * shapes, because a history mode's error follows the scale of the state,
+ * not of each output: replay vs native with a bf16 state at HV=4, K=V=128,
+ * 600 decode steps, measured per-token relative RMS up to 4.7e-3 while the
+ * whole output sits at 1.5e-3; with fp32 state and 16-element blocks,
+ * single blocks reach 1.5e-5. The whole-output bound is checked after
+ * every step once a layer has produced SPEC_WHOLE_MIN_ELEMENTS outputs, and
+ * at the end always. An exported state is one tensor of its own.
+ *
+ * A bf16 tensor too small to resolve its bound is held to one rounding
+ * step of its largest element relative to its norm, ulp(max |ref|) /
+ * ||ref||, when that is larger (spec_total_limit): two exact forms may round
+ * any one element to neighbouring bf16 values, and in the small tensors of
+ * these suites one such step of a large element is several times 2e-4
+ * (replay's identity against native, KDA, HV=9, V=16: 6192 outputs
+ * bit-identical but one element 3.5 times the RMS one step apart, relative
+ * RMS 5e-4). At a real model's sizes the step is far below every bound;
+ * two steps of the largest element still fail (tests/check_numerics.c).
+ *
+ * NaN never passes: every block is checked for non-finite values as it is
+ * added (on either side: a NaN that both sides hold still fails), and a
+ * total that saw one has relative RMS +inf. */
 #ifndef SSM_TESTS_SPEC_BOUNDS_H
 #define SSM_TESTS_SPEC_BOUNDS_H
 
@@ -43,40 +58,62 @@
  * real model's layer (Qwen3-Next: HV * V = 4096). */
 #define SPEC_WHOLE_MIN_ELEMENTS 4096
 
-typedef enum spec_kind {
-    SPEC_REL_RMS_WHOLE, /* relative RMS over the whole output <= limit */
-    SPEC_BF16_ULP       /* each element within one bf16 ulp (see above) */
-} spec_kind;
-
+/* A relative-RMS bound over a whole tensor. */
 typedef struct spec_bound {
-    spec_kind kind;
-    double limit; /* relative RMS limit, or the fp32 share of the ulp test */
+    double limit;     /* ||got - ref|| / ||ref|| <= limit */
+    const char *text; /* the bound in words, for messages (static storage) */
 } spec_bound;
 
-/* A whole output assembled block by block. */
-typedef struct spec_total {
-    double diff2, ref2;
-    int64_t elements;
-    int nonfinite;
-} spec_total;
+/* Outputs, one device: any output form (replay's identity, matrix, exact;
+ * any plugin on the CPU against the CPU reference) against native's. */
+spec_bound spec_bound_vs_native(ssm_dtype state_dtype, ssm_dtype act);
 
-spec_bound spec_bound_outputs(ssm_dtype state_dtype, ssm_dtype act);
+/* Outputs, the CPU against CUDA. */
+spec_bound spec_bound_cpu_vs_cuda(ssm_dtype state_dtype, ssm_dtype act);
+
+/* Matrix states, the CPU against CUDA (one exported state per slot and
+ * layer). */
+spec_bound spec_bound_cpu_vs_cuda_state(ssm_dtype state_dtype);
+
+/* Matrix states, one device: a mode whose exported state is not native's
+ * bit for bit (the built-in modes' are) against the CPU reference: fp32
+ * 1e-5, bf16 1e-2 (the outputs' numbers over that state dtype). */
+spec_bound spec_bound_vs_native_state(ssm_dtype state_dtype);
 
 /* The bound in words (static storage). */
 const char *spec_bound_text(spec_bound b);
 
-/* Checks one block of n elements (dtype act) and adds it to *total. Returns
- * 1 when it passes; otherwise 0 with the reason in why. */
-int spec_check_block(spec_bound b, spec_total *total, const void *got, const void *ref,
-                     ssm_dtype act, int64_t n, char *why, size_t why_len);
+/* A whole tensor assembled block by block. */
+typedef struct spec_total {
+    double diff2, ref2;
+    int64_t elements;
+    int nonfinite;
+    double bf16_step; /* bf16 tensors: one rounding step of the largest |ref| */
+} spec_total;
+
+/* The limit a total is held to: b.limit, or for a bf16 tensor too small to
+ * resolve it, one rounding step of its largest element relative to its
+ * norm, whichever is larger (see above). */
+double spec_total_limit(spec_bound b, const spec_total *t);
+
+/* Adds one block of n elements (dtype t) to *total. Returns 1, or 0 with
+ * the first non-finite element in why (got or ref: NaN never passes); the
+ * bound itself is the total's (spec_check_total). */
+int spec_add_block(spec_total *total, const void *got, const void *ref, ssm_dtype t, int64_t n,
+                   char *why, size_t why_len);
 
 /* ||got - ref|| / ||ref|| over everything added (+inf after a non-finite
  * value, or when ||ref|| == 0 < ||got - ref||; 0 when nothing was added). */
 double spec_total_rel_rms(const spec_total *t);
 
-/* Checks a total against a relative-RMS bound: always when `final`, else
- * once it holds SPEC_WHOLE_MIN_ELEMENTS. Returns 1 when it passes (or is not
- * checked yet, or b is not SPEC_REL_RMS_WHOLE). */
+/* Checks a total against b: always when `final`, else once it holds
+ * SPEC_WHOLE_MIN_ELEMENTS (before that, only that nothing was non-finite).
+ * Returns 1 when it passes. */
 int spec_check_total(spec_bound b, const spec_total *t, int final);
+
+/* One tensor of n elements at once: spec_add_block, then spec_check_total
+ * (final). Returns 1 when it passes; otherwise 0 with the reason in why. */
+int spec_check_tensor(spec_bound b, const void *got, const void *ref, ssm_dtype t, int64_t n,
+                      char *why, size_t why_len);
 
 #endif

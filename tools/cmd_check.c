@@ -9,6 +9,7 @@
 
 #include "ssmstate/ssmstate.h"
 #include "cli.h"
+#include "fold_rule.h"
 
 static void print_config(const char *path, const ssm_config *c)
 {
@@ -27,6 +28,30 @@ static void print_config(const char *path, const ssm_config *c)
     if (c->device.type == SSM_DEVICE_CUDA)
         printf(":%d", c->device.index);
     printf(", max_requests %d, max_draft_tokens %d\n", c->max_requests, c->max_draft_tokens);
+}
+
+/* A replay config's history and output form, as the plugin resolves them
+ * (plugins/replay/replay.c): without [replay] outputs, identity on a CUDA
+ * device over an f32 state and exact elsewhere (docs/modes.md). */
+static void print_replay(const ssm_config *c)
+{
+    if (strcmp(c->mode, "replay") != 0)
+        return;
+    const char *history = fold_rule_option_text(c, "history");
+    const char *outputs = fold_rule_option_text(c, "outputs");
+    if (history)
+        printf("replay      history %s, outputs ", history);
+    else
+        printf("replay      history %d (the default), outputs ", FOLD_RULE_DEFAULT_HISTORY);
+    if (outputs)
+        printf("%s\n", outputs);
+    else if (c->device.type != SSM_DEVICE_CUDA)
+        printf("exact (the default on the cpu)\n");
+    else if (c->state_dtype == SSM_DTYPE_F32)
+        printf("identity (the default on cuda over an f32 state; exact where the device "
+               "cannot stage the history for it)\n");
+    else
+        printf("exact (the default over a %s state)\n", ssm_dtype_name(c->state_dtype));
 }
 
 static void print_plan(const ssm_plan *p)
@@ -182,6 +207,7 @@ int cmd_check(int argc, char **argv)
         return cli_fail_library();
     }
     print_config(path, config);
+    print_replay(config);
     print_plan(&plan);
     int exit_code = print_modes(config, pool_bytes);
     ssm_config_free(config);

@@ -47,12 +47,12 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
     printf("state       %s per request (plan bytes per slot), pool %s\n",
            cli_format_bytes(plan->bytes_per_slot, a, sizeof a),
            cli_format_bytes(plan->pool_bytes, b, sizeof b));
-    printf("checked     %lld output blocks against the CPU reference (bound: %s), "
-           "%lld final states\n",
+    printf("checked     %lld output blocks against the CPU reference (bound: %s over each "
+           "layer's whole output), %lld final states\n",
            (long long)s->output_blocks, s->bound, (long long)s->final_states);
-    printf("max error   outputs: relative RMS %.3g", s->max_rel_error);
-    if (c->activation_dtype == SSM_DTYPE_BF16 && c->state_dtype == SSM_DTYPE_F32)
-        printf(", %lld bf16 ulp", (long long)s->max_ulps);
+    printf("max error   outputs: relative RMS %.3g (the worst layer)", s->max_rel_error);
+    if (c->activation_dtype == SSM_DTYPE_BF16)
+        printf(", elements at most %lld bf16 ulps apart (not bounded)", (long long)s->max_ulps);
     printf("; final states: relative RMS %.3g\n", s->max_state_rel_error);
     if (s->violations)
         printf("violations  %lld; first: %s\n", (long long)s->violations, s->first_violation);

@@ -265,13 +265,15 @@ int cmd_run_modes(const char *config_path, const char *modes, int show_progress)
         exit_code = create_contexts(config, runs, count);
     if (exit_code == CLI_EXIT_OK &&
         compare_baseline_create(&config->model, config->state_dtype, config->activation_dtype,
-                                &baseline) != 0)
+                                BOUND_ONE_DEVICE, &baseline) != 0)
         exit_code = cli_fail("out of memory");
     if (exit_code == CLI_EXIT_OK)
         exit_code = open_sessions(config, baseline, runs, count);
     if (exit_code == CLI_EXIT_OK)
         exit_code = run_lockstep(show_progress, baseline, runs, count);
     exit_code = close_sessions(runs, count, exit_code);
+    for (int i = 0; exit_code == CLI_EXIT_OK && i < count; i++)
+        compare_outputs_finish(baseline, &reports[i].difference); /* one tensor: the session */
     if (exit_code == CLI_EXIT_OK)
         exit_code = modes_report_print(config, reports, count) ? CLI_EXIT_OK
                                                                : CLI_EXIT_CHECK_FAILED;

@@ -1,6 +1,7 @@
 /* Mode against mode (see compare.h). The baseline keeps one forward's items
  * in the order they came, in one growing byte buffer; another mode's item is
  * found by its key (request, layer, kind), unique within a forward. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,7 @@ struct compare_baseline {
 };
 
 int compare_baseline_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
-                            compare_baseline **out)
+                            bound_relation relation, compare_baseline **out)
 {
     compare_baseline *b = calloc(1, sizeof *b);
     if (!b)
@@ -37,8 +38,8 @@ int compare_baseline_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_
     b->model = *m;
     b->state_dtype = state_dtype;
     b->act = act;
-    b->output_bound = bound_for_outputs(state_dtype, act);
-    b->state_bound = bound_for_states(state_dtype);
+    b->output_bound = bound_for_outputs(relation, state_dtype, act);
+    b->state_bound = bound_for_states(relation, state_dtype);
     b->window_bytes = (size_t)ssm_ref_window_elems(m) * ssm_dtype_size(act);
     b->state_bytes = (size_t)ssm_ref_state_elems(m) * ssm_dtype_size(state_dtype);
     *out = b;
@@ -148,13 +149,14 @@ void compare_output(const compare_baseline *b, compare_difference *d, const sess
         return;
     }
     const unsigned char *ref = b->bytes + kept->offset;
-    bound_result r = bound_compare(block->out, ref, b->act, n, b->output_bound);
+    bound_result r = bound_add(&d->outputs, block->out, ref, b->act, n);
     d->blocks++;
     if (memcmp(block->out, ref, (size_t)n * ssm_dtype_size(b->act)) != 0)
         d->outputs_identical = 0;
-    if (!r.pass)
+    if (!r.pass) { /* a non-finite value: NaN never passes */
         d->outputs_within_bound = 0;
-    bound_track_max(&d->max_output_rel_rms, r.rel_rms);
+        d->max_output_rel_rms = NAN;
+    }
     if (r.max_ulps > d->max_output_ulps)
         d->max_output_ulps = r.max_ulps;
 }
@@ -179,4 +181,11 @@ void compare_final_state(const compare_baseline *b, compare_difference *d, int32
     if (!r.pass)
         d->states_within_bound = 0;
     bound_track_max(&d->max_state_rel_rms, r.rel_rms);
+}
+
+void compare_outputs_finish(const compare_baseline *b, compare_difference *d)
+{
+    if (!bound_total_pass(b->output_bound, &d->outputs))
+        d->outputs_within_bound = 0;
+    bound_track_max(&d->max_output_rel_rms, bound_total_rel_rms(&d->outputs));
 }

@@ -70,6 +70,7 @@ typedef struct serve_check_result {
     char against[96];          /* "cpu compact", "cpu native" */
     int outputs_bitwise;       /* outputs held to bit identity (else the bound) */
     int states_bitwise;        /* final states held to bit identity (else the bound) */
+    bound_relation relation;   /* the bounds: the run on a GPU, or on the CPU (bound.h) */
     int32_t requests;          /* requests whose outputs were compared */
     int32_t finished;          /* of them, finished with their final state compared */
     compare_difference diff;

@@ -41,6 +41,7 @@ typedef struct check_pool {
     ssm_config config;          /* one layer, CPU, the check's mode */
     const serve_data *data;
     int spoil;                  /* SSMSTATE_SERVE_TEST_SPOIL is set */
+    bound_relation relation;    /* the run's device against these CPU contexts */
     check_unit *units;          /* in (request, layer) order */
     check_turn *turns;          /* the order units are handed out */
     int64_t count;
@@ -91,7 +92,8 @@ static int replay_open(const check_pool *pool, check_unit *u, check_replay *r)
     r->window = malloc((size_t)ssm_ref_window_elems(m) * ssm_dtype_size(c->activation_dtype));
     r->state = malloc((size_t)ssm_ref_state_elems(m) * ssm_dtype_size(c->state_dtype));
     if (!r->out || !r->window || !r->state ||
-        compare_baseline_create(m, c->state_dtype, c->activation_dtype, &r->baseline) != 0) {
+        compare_baseline_create(m, c->state_dtype, c->activation_dtype, pool->relation,
+                                &r->baseline) != 0) {
         snprintf(u->error, sizeof u->error, "check: out of memory");
     } else if (ssm_ctx_create(c, &r->ctx) != SSM_OK) {
         snprintf(u->error, sizeof u->error, "check: a CPU context of mode %s: %s", c->mode,
@@ -171,6 +173,7 @@ static int compare_unit(const check_pool *pool, check_unit *u, check_replay *r)
         spoil_first_output(pool, r);
     block.out = r->out;
     compare_output(r->baseline, &u->diff, &block);
+    compare_outputs_finish(r->baseline, &u->diff); /* the one block is the whole tensor */
     if (log->finished) {
         void *window[1] = {r->window}, *state[1] = {r->state};
         if (ssm_slot_export_canonical(r->ctx, r->slot, window, state, NULL) != SSM_OK) {
@@ -437,6 +440,7 @@ void serve_check_run(const ssm_config *base, const char *mode, ssm_dtype state_d
     pool.config.max_draft_tokens = SERVE_DRAFTS;
     pool.data = data;
     pool.spoil = getenv("SSMSTATE_SERVE_TEST_SPOIL") != NULL;
+    pool.relation = result->relation;
 
     result->ran = 1;
     compare_difference_init(&result->diff);

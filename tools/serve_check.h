@@ -4,9 +4,9 @@
  * request's final state there) compared with what the run wrote, by
  * tools/compare.h. Each (request, layer) is replayed on its own through a
  * one-layer CPU context (layers are independent), on a pool of threads; a
- * layer's outputs of the whole request are compared as one tensor, as SPEC
- * 3.5 reads relative RMS ("over the whole tensor"). The result does not
- * depend on the number of threads. */
+ * layer's outputs of the whole request are compared as one tensor, as the
+ * numerics contract reads relative RMS ("over the whole tensor",
+ * docs/numerics.md). The result does not depend on the number of threads. */
 #ifndef SSM_TOOLS_SERVE_CHECK_H
 #define SSM_TOOLS_SERVE_CHECK_H
 

@@ -65,10 +65,10 @@ typedef struct session_summary {
     int64_t output_blocks;    /* (row, layer) output blocks compared */
     int64_t final_states;     /* (request, layer) exported states compared */
     int64_t violations;
-    double max_rel_error;     /* over outputs; NaN if any was NaN */
+    double max_rel_error;     /* the worst layer's whole output; NaN if any was NaN */
     double max_state_rel_error;
-    int64_t max_ulps;         /* bf16 activations over fp32 state only */
-    const char *bound;        /* the output bound in words */
+    int64_t max_ulps;         /* bf16 activations: largest distance, shown, never bounded */
+    const char *bound;        /* the output bound in words (over a layer's whole output) */
     char first_violation[256];
     uint32_t status_flags;    /* ssm_ctx_status() at the end */
 } session_summary;

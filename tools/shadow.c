@@ -15,7 +15,8 @@ struct shadow {
     unsigned char *tail_window, *tail_state; /* scratch for rejected tokens */
     void *ref_out;                     /* [max_tokens][HV][V] activation dtype */
     float *scratch;                    /* ssm_ref_sequence's or ssm_chunk_sequence's scratch */
-    bound output_bound, state_bound;   /* SPEC 3.5, "any mode, CPU vs CUDA" */
+    bound output_bound, state_bound;   /* one device: against native's computation */
+    bound_total *totals;               /* [layers]: the outputs so far */
 };
 
 int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act, int32_t lanes,
@@ -40,13 +41,14 @@ int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
     int64_t sequential = ssm_ref_sequence_scratch_floats(m),
             chunked = ssm_chunk_sequence_scratch_floats(m);
     s->scratch = malloc((size_t)(sequential > chunked ? sequential : chunked) * sizeof(float));
+    s->totals = calloc((size_t)m->layers, sizeof *s->totals);
     if (!s->windows || !s->states || !s->tail_window || !s->tail_state || !s->ref_out ||
-        !s->scratch) {
+        !s->scratch || !s->totals) {
         shadow_destroy(s);
         return -1;
     }
-    s->output_bound = bound_for_outputs(state_dtype, act);
-    s->state_bound = bound_for_states(state_dtype);
+    s->output_bound = bound_for_outputs(BOUND_ONE_DEVICE, state_dtype, act);
+    s->state_bound = bound_for_states(BOUND_ONE_DEVICE, state_dtype);
     *out = s;
     return 0;
 }
@@ -61,6 +63,7 @@ void shadow_destroy(shadow *s)
     free(s->tail_state);
     free(s->ref_out);
     free(s->scratch);
+    free(s->totals);
     free(s);
 }
 
@@ -111,8 +114,15 @@ bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer
         ssm_ref_sequence(m, s->state_dtype, s->act, w, s->tail_window, s->tail_state, &tail,
                          n - keep, s->scratch);
     }
-    return bound_compare(io->out, s->ref_out, s->act, n * m->value_heads * m->value_dim,
-                         s->output_bound);
+    return bound_add(&s->totals[layer], io->out, s->ref_out, s->act,
+                     n * m->value_heads * m->value_dim);
+}
+
+bound_result shadow_outputs(const shadow *s, int32_t layer)
+{
+    const bound_total *t = &s->totals[layer];
+    bound_result r = {bound_total_rel_rms(t), 0, bound_total_pass(s->output_bound, t)};
+    return r;
 }
 
 bound_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t layer,

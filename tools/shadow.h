@@ -1,8 +1,9 @@
 /* The checker of `ssmstate run`: a shadow copy of every lane's per-layer
  * state (conv window and matrix state, starting at zero like a fresh slot)
  * that runs the same tokens as the library through the CPU reference
- * (kernels/reference.h) and holds every output block and final state to
- * the SPEC 3.5 bound of bound.h. */
+ * (kernels/reference.h) and holds the outputs and final states to the
+ * numerics contract's bounds for one device (bound.h): each layer's outputs
+ * over the session as one tensor, each final state as one. */
 #ifndef SSM_TOOLS_SHADOW_H
 #define SSM_TOOLS_SHADOW_H
 
@@ -24,10 +25,12 @@ void shadow_reset(shadow *s, int32_t lane);
 
 /* Runs the n tokens of one row (inputs at offsets 0..n-1 of io) from the
  * lane's state in `layer`, compares the reference outputs with the library's
- * (io->out, [n][HV][V]), and advances the lane's state by the first `keep`
- * tokens only (a verify whose first `keep` tokens are accepted). A prefill
- * runs the chunked form every mode's prefill runs (kernels/chunk.h), other
- * steps token by token. */
+ * (io->out, [n][HV][V]), adds them to the layer's outputs so far, and
+ * advances the lane's state by the first `keep` tokens only (a verify whose
+ * first `keep` tokens are accepted). A prefill runs the chunked form every
+ * mode's prefill runs (kernels/chunk.h), other steps token by token. The
+ * result is the block's own: pass says only that it held no non-finite
+ * value (the bound is the layer's, shadow_outputs). */
 bound_result shadow_step(shadow *s, int32_t lane, int32_t layer, const ssm_layer_weights *w,
                           const ssm_step_io *io, int64_t n, int64_t keep, int prefill);
 
@@ -42,6 +45,10 @@ bound_result shadow_compare_canonical(const shadow *s, int32_t lane, int32_t lay
 int64_t shadow_lane_bytes(const shadow *s);
 void shadow_lane_save(const shadow *s, int32_t lane, void *bytes);
 void shadow_lane_load(shadow *s, int32_t lane, const void *bytes);
+
+/* Every output of `layer` compared so far, as one tensor, against the
+ * output bound. */
+bound_result shadow_outputs(const shadow *s, int32_t layer);
 
 /* The output bound in words, e.g. "relative RMS <= 1e-5". */
 const char *shadow_bound_text(const shadow *s);

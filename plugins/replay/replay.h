@@ -20,16 +20,18 @@
 #include "kernels/tune_entries.h"
 #include "ssmstate/plugin.h"
 
-/* How decode and verify compute outputs ([replay] outputs). */
+/* How decode and verify compute outputs ([replay] outputs). Without the
+ * key, each device takes its default (replay_default_outputs in replay.c):
+ * identity on a CUDA context over an fp32 state, exact elsewhere. */
 typedef enum replay_outputs {
-    /* Default. The committed records run through native's update on a
-     * scratch copy of the checkpoint, then the new tokens: outputs are
-     * native's bit for bit (same device), at the price of re-running the
-     * history per step. Nothing is written but records and outputs. */
+    /* The committed records run through native's update on a scratch copy
+     * of the checkpoint, then the new tokens: outputs are native's bit for
+     * bit (same device), at the price of re-running the history per step.
+     * Nothing is written but records and outputs. */
     REPLAY_OUTPUTS_EXACT = 0,
-    /* SPEC 2.4's identity token by token (any gate): cheaper, within SPEC
-     * 3.5's tolerance of native except near-zero elements and bf16 state
-     * over long histories (docs/modes.md). */
+    /* The replay identity token by token (any gate): no state update, and
+     * within the numerics contract's bound of native's outputs
+     * (docs/numerics.md). Refused over a bf16 state (docs/modes.md). */
     REPLAY_OUTPUTS_IDENTITY,
     /* The identity in matrix form: GDN only. */
     REPLAY_OUTPUTS_MATRIX
@@ -39,6 +41,11 @@ typedef enum replay_outputs {
 typedef struct replay_options {
     int32_t history;        /* L: records per (slot, layer), a power of two >= 2 T_max */
     replay_outputs outputs; /* how outputs are computed */
+    /* [replay] outputs was given. Without it the form is the device's
+     * default, which falls back to exact where the GPU cannot run the
+     * identity for this history (replay_cuda.cu); a form that was asked for
+     * is refused there instead. */
+    int outputs_set;
     /* A decode of at most this many rows folds its own token into the
      * checkpoint (the ring stays empty): at small batch sizes a step's cost
      * is latency, and a fold-every-step decode is native's in-place update. */

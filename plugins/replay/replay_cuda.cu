@@ -48,7 +48,9 @@ extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
 }
 
 /* The identity kernel stages a whole history's weights in shared memory:
- * refuse, at create, a history this device cannot hold that way. */
+ * refuse, at create, a history this device cannot hold that way, when
+ * [replay] outputs asked for the identity; the default form falls back to
+ * exact instead (replay.h, outputs_set). */
 static ssm_status check_identity_fits(replay_mode *r)
 {
     if (r->options.outputs == REPLAY_OUTPUTS_EXACT)
@@ -64,6 +66,14 @@ static ssm_status check_identity_fits(replay_mode *r)
     size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m));
     if (need <= (size_t)limit)
         return SSM_OK;
+    if (!r->options.outputs_set) {
+        r->options.outputs = REPLAY_OUTPUTS_EXACT;
+        r->services->log(r->services->core, 2,
+                         "replay: outputs = exact: the default identity with history %d needs "
+                         "%zu bytes of shared memory per block, cuda:%d has %d",
+                         (int)r->options.history, need, device, limit);
+        return SSM_OK;
+    }
     return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
                               "outputs = identity with history %d needs %zu bytes of shared "
                               "memory per block; cuda:%d has %d: use a shorter history or "

@@ -1,6 +1,7 @@
 /* The conformance suite: what any mode plugin must do, checked against the
- * CPU reference (kernels/reference.h) at the SPEC 3.5 "any mode, CPU vs ..."
- * bounds (tests/spec_bounds.h), plus every protocol error of SPEC 10.
+ * CPU reference (kernels/reference.h) at the numerics contract's bounds for
+ * one device (tests/spec_bounds.h, docs/numerics.md), plus every protocol
+ * error of SPEC 10.
  *
  * A `session` is one CPU context of the plugin under test with the
  * reference's state per slot (reference.c); the operations below

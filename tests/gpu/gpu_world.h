@@ -71,6 +71,10 @@ typedef struct side {
 typedef struct pair {
     int got, ref;
     rule outputs, prefill, states;
+    /* RULE_BOUND's bounds (tests/spec_bounds.h): spec_bound_vs_native when
+     * both sides are on one device, spec_bound_cpu_vs_cuda and
+     * spec_bound_cpu_vs_cuda_state when not. */
+    spec_bound bound, state_bound;
     spec_total total[MAX_LAYERS]; /* outputs under RULE_BOUND, over the session */
 } pair;
 
@@ -88,9 +92,6 @@ typedef struct world {
     test_weights hw[MAX_LAYERS];
     gpu_weights dw[MAX_LAYERS];
     cudaStream_t stream;
-    spec_bound bound;       /* SPEC 3.5, CPU vs CUDA, outputs (spec_bound_outputs) */
-    spec_bound state_bound; /* the same for exported states: relative RMS per slot and
-                               layer, <= 1e-5 (fp32 state) or <= 4e-3 (bf16 state) */
     char desc[256];
     const char *op; /* what runs now, for messages */
     int step, failed, messages;
@@ -139,6 +140,16 @@ int world_cuda_ok(world *w, cudaError_t e, const char *what);
  * bound for replay's identity form, prefill still bit for bit). `what`
  * starts the description. Seeded from test_seed() and `salt`. */
 int world_open_modes(world *w, const setup *su, variant v, uint64_t salt, const char *what);
+
+/* Replay's default output form on CUDA device 0: side 0 a replay context
+ * whose [replay] section has no `outputs` key, side 1 one with outputs =
+ * `twin` (the form the default must be: bit-identical to side 0 in
+ * everything) and, unless `other` is NULL, side 2 with outputs = `other`
+ * (outputs within the bound for one device, prefill and exports bit for
+ * bit). Every side MAX_LANES lanes; the variant's fold_every_step and t_max
+ * apply. */
+int world_open_default_outputs(world *w, const setup *su, variant v, const char *twin,
+                               const char *other, uint64_t salt, const char *what);
 
 /* Graph: sides 0 (captured) and 1 (twin), both CUDA contexts of the mode,
  * MAX_LANES - 1 lanes and a spare slot each; side 0 bit-identical to side 1
@@ -217,8 +228,8 @@ int world_check_totals(world *w, int final);
 int world_snapshot(world *w, int s, int32_t slot, test_snapshot *out);
 
 /* Exports every clean lane on every side and holds each pair to its rule:
- * conv windows bit for bit; states finite and bit for bit, or within
- * w->state_bound (per slot and layer; a non-finite value fails). */
+ * conv windows bit for bit; states finite and bit for bit, or within the
+ * pair's state_bound (per slot and layer; a non-finite value fails). */
 int world_compare_exports(world *w);
 
 /* Side s's flags: ssm_slot_flags equal to `expect` on the lanes in `mask`

@@ -16,7 +16,7 @@
  * truncated and foreign pages). A model follows every slot through the CPU
  * reference (model.c) and the ticket book (book.c); after every operation
  * each idle slot's export, the pools, the flags and the outputs so far are
- * checked against it (SPEC 3.5 bounds, tests/spec_bounds.h), and every
+ * checked against it (the numerics contract, tests/spec_bounds.h), and every
  * rejected call must return its code and change nothing.
  *
  * Environment (all optional):

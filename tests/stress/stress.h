@@ -36,7 +36,7 @@ typedef struct st_counts {
     int64_t sessions, ops, calls;
     int64_t errors[SSM_ERR_INTERNAL + 1]; /* rejected calls, by status */
     int64_t prefill_tokens, verify_rounds, page_moves, copies, aborts;
-    double worst_out, worst_state; /* largest share of a SPEC 3.5 relative-RMS bound used */
+    double worst_out, worst_state; /* largest share of a relative-RMS bound used */
 } st_counts;
 
 /* ------------------------------------------------------------ tickets */
