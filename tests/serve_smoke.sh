@@ -11,7 +11,9 @@
 # mode holding requests) and exits 77 only where there is no GPU or no CUDA;
 # the cross-check gives the same lines, JSON and exit status on 1 thread and
 # on 3 (--check-threads), passed and spoiled; measured steps with no row to
-# run are idle steps, neither timed nor counted.
+# run are idle steps, neither timed nor counted; on the CPU the defaults make
+# the example a run of seconds; Ctrl-C (SIGINT) stops a run, which prints and
+# writes what it measured until then and exits 130.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 check_png="$SSM_TOP_BUILDDIR/tests/check_png"
@@ -37,7 +39,7 @@ report() { # status, name
 small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
        --chunk 32 --check 3 --seed 5 --quiet"
 
-echo "1..14"
+echo "1..16"
 # shellcheck disable=SC2086 # $small is several words on purpose
 "$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
     --plot "$tmp/run.png" >"$tmp/out" 2>"$tmp/err"
@@ -188,4 +190,36 @@ report "$same" "the check's result does not depend on --check-threads (1 and 3)"
     grep -q '"steps":12,"idle_steps":[1-9]' "$tmp/idle.json" &&
     ! grep -qE '"p50_ms":[0-9.]*e-0?[5-9]' "$tmp/idle.json"
 report $? "steps with nothing to run are idle steps, not timed"
+
+# On the CPU the defaults are the CPU's (a budget of 1 MiB, 50 measured
+# steps, short prompts): the example itself, nothing but the device and one
+# mode given, finishes in seconds (the GPU's defaults took many minutes).
+limit=""
+command -v timeout >/dev/null 2>&1 && limit="timeout 120"
+# shellcheck disable=SC2086 # $limit is a command and its argument
+$limit "$ssmstate" serve "$SSM_TOP_SRCDIR/examples/serve-tiny.ini" --device cpu --modes native \
+    --state f32 --quiet >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "state budget 1.00 MiB; .* prompts 16..128 .* outputs 16..64; prefill 128 .*; 50 measured steps per level" \
+        "$tmp/out"
+report $? "on the CPU the defaults are the CPU's: the example runs in seconds"
+
+# Ctrl-C: the run stops at the end of a step, prints the tables of what it
+# measured, writes --json (marked interrupted) and exits 130.
+"$ssmstate" serve "$config" --device cpu --json "$tmp/stopped.json" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+tries=0
+while [ "$tries" -lt 600 ] && ! grep -q "concurrency 2:" "$tmp/err"; do
+    sleep 0.1
+    tries=$((tries + 1))
+done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] && grep -q "^ssmstate serve: .* on the CPU$" "$tmp/out" &&
+    grep -q "interrupted (Ctrl-C)" "$tmp/out" &&
+    grep -q "^ssmstate: serve: interrupted (Ctrl-C): what was measured until then is above, in --json$" \
+        "$tmp/err" &&
+    grep -q '"interrupted":true' "$tmp/stopped.json" &&
+    grep -q '"points":\[{"concurrency":1,' "$tmp/stopped.json"
+report $? "Ctrl-C stops the run and keeps what was measured (exit $rc)"
 [ "$fails" -eq 0 ]

@@ -46,11 +46,11 @@ static const char help_text[] =
     "  --state LIST         state dtypes (default f32,bf16)\n"
     "  --device D           cpu, cuda or cuda:N (default: see above)\n"
     "  --state-budget SIZE  state memory per mode, K/M/G/T = powers of 1024\n"
-    "                       (default 40G on a GPU, 64M on the CPU)\n"
+    "                       (default 40G on a GPU, 1M on the CPU)\n"
     "  --concurrency LIST   levels below the maximum (default 1,2,4,...); the\n"
     "                       maximum and native's maximum are always measured\n"
-    "  --steps N            measured steps per level (default 200)\n"
-    "  --warmup-steps N     most warm-up steps per level (default 2000)\n"
+    "  --steps N            measured steps per level (default 200; CPU 50)\n"
+    "  --warmup-steps N     most warm-up steps per level (default 2000; CPU 200)\n"
     "  --check N            requests cross-checked on the CPU (default 4; 0: none)\n"
     "  --check-layers L     their layers: ends (first, middle, last; the default),\n"
     "                       all, or indices 0,17,35\n"
@@ -59,19 +59,36 @@ static const char help_text[] =
     "                       the same result\n"
     "  --seed N             workload and data seed (default 1)\n"
     "  --rate R|auto        arrivals per step (default auto: keeps the cap full)\n"
-    "  --prompt MIN:MAX     prompt lengths, log-uniform (default 64:4096)\n"
-    "  --output MIN:MAX     output lengths, uniform (default 64:512)\n"
-    "  --chunk N            prompt tokens prefilled per step (default 512)\n"
+    "  --prompt MIN:MAX     prompt lengths, log-uniform (default 64:4096; CPU 16:128)\n"
+    "  --output MIN:MAX     output lengths, uniform (default 64:512; CPU 16:64)\n"
+    "  --chunk N            prompt tokens prefilled per step (default 512; CPU 128)\n"
     "  --accept P           chance each draft token is accepted (default 0.7)\n"
     "  --json FILE          write the results as one JSON document\n"
     "  --plot FILE.png      write tokens/s against concurrency, a line per mode\n"
     "  --quiet              no progress lines on stderr\n"
     "\n"
+    "On the CPU the defaults marked CPU apply: examples/serve-tiny.ini then runs in\n"
+    "well under a minute. Ctrl-C stops the run at the end of a step: the tables,\n"
+    "--json and --plot then hold what was measured until then.\n"
+    "\n"
     "exit status: 0 ok, 1 a cross-check failed, 2 bad usage or a mode could not run,\n"
-    "77 --device cuda without a CUDA build or a visible GPU\n";
+    "77 --device cuda without a CUDA build or a visible GPU, 130 interrupted (Ctrl-C)\n";
 
 /* parse_arguments() after --help: nothing more to do. */
 enum { PARSED_HELP = -1 };
+
+/* The exit status of a run Ctrl-C stopped, as a shell reports SIGINT. */
+enum { SERVE_EXIT_INTERRUPTED = 130 };
+
+/* Options the command line set, which the CPU's defaults leave alone. */
+enum {
+    GIVEN_BUDGET = 1,
+    GIVEN_STEPS = 2,
+    GIVEN_WARMUP = 4,
+    GIVEN_PROMPT = 8,
+    GIVEN_OUTPUT = 16,
+    GIVEN_CHUNK = 32
+};
 
 /* ------------------------------------------------------------- parsing */
 
@@ -154,6 +171,54 @@ static void set_defaults(serve_options *o)
     o->modes_count = 3;
 }
 
+/* On the CPU a run of the GPU's defaults takes many minutes even for
+ * examples/serve-tiny.ini (a 64 MiB budget is hundreds of slots, and
+ * prompts of thousands of tokens): these make it well under one. Options
+ * the command line gave stay as given. */
+static void set_cpu_defaults(serve_options *o, unsigned given)
+{
+    if (!(given & GIVEN_BUDGET))
+        o->budget = 1ull << 20;
+    if (!(given & GIVEN_STEPS))
+        o->steps = 50;
+    if (!(given & GIVEN_WARMUP))
+        o->warmup_steps = 200;
+    if (!(given & GIVEN_PROMPT)) {
+        o->workload.prompt_min = 16;
+        o->workload.prompt_max = 128;
+    }
+    if (!(given & GIVEN_OUTPUT)) {
+        o->workload.output_min = 16;
+        o->workload.output_max = 64;
+    }
+    if (!(given & GIVEN_CHUNK))
+        o->chunk = 128;
+}
+
+/* Whether the run goes to the CPU (serve_device_pick's rule): --device cpu,
+ * or no --device and no GPU to run on. */
+static int runs_on_cpu(const char *forced)
+{
+    const ssm_device first = {SSM_DEVICE_CUDA, 0};
+    if (forced)
+        return !strcmp(forced, "cpu");
+    return ssm_device_check(&first) != SSM_OK;
+}
+
+/* The bit of `given` an option sets (0: none the CPU defaults touch). */
+static unsigned given_bit(int opt)
+{
+    switch (opt) {
+    case 'b': return GIVEN_BUDGET;
+    case 'n': return GIVEN_STEPS;
+    case 'w': return GIVEN_WARMUP;
+    case 'p': return GIVEN_PROMPT;
+    case 'o': return GIVEN_OUTPUT;
+    case 'C': return GIVEN_CHUNK;
+    default: return 0;
+    }
+}
+
 /* One option; returns 0, or -1 for a bad value. */
 static int parse_option(int opt, char *arg, serve_options *o, const char **json,
                         const char **plot)
@@ -224,6 +289,7 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
     };
     int opt;
     char shown[256];
+    unsigned given = 0;
     set_defaults(o);
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         if (opt == 'h') {
@@ -235,7 +301,10 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
         snprintf(shown, sizeof shown, "%s", optarg ? optarg : "");
         if (parse_option(opt, optarg, o, json, plot) != 0)
             return cli_usage(usage_line, shown);
+        given |= given_bit(opt);
     }
+    if (runs_on_cpu(o->device))
+        set_cpu_defaults(o, given);
     if (o->check > 0 && o->warmup_steps == 0)
         return cli_fail("serve: --check logs requests during the warm-up: give --warmup-steps "
                         "above 0, or --check 0");
@@ -250,9 +319,13 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
 /* ------------------------------------------------------------- running */
 
 /* The tables of one config, every state dtype: plans first, then the data
- * (sized for the largest pool), then each mode's run. */
-static int run_config(const char *path, const serve_options *o, serve_table *tables)
+ * (sized for the largest pool), then each mode's run. *printed counts the
+ * tables printed: all of them, or (interrupted) those with a mode that
+ * started. */
+static int run_config(const char *path, const serve_options *o, serve_table *tables,
+                      int32_t *printed)
 {
+    *printed = 0;
     ssm_config *config = NULL;
     if (ssm_config_load(path, &config) != SSM_OK)
         return cli_fail_library();
@@ -276,7 +349,7 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
     }
     const uint64_t budget = o->budget ? o->budget
                             : dev.where.type == SSM_DEVICE_CUDA ? 40ull << 30
-                                                                : 64ull << 20;
+                                                                : 1ull << 20;
     int64_t most = 0;
     for (int32_t d = 0; d < o->states_count; d++) {
         serve_table *t = &tables[d];
@@ -298,13 +371,14 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
     const int64_t pool = (most * (SERVE_DRAFTS + 1) > o->chunk ? most * (SERVE_DRAFTS + 1)
                                                                 : o->chunk) + 1021;
     if (!o->quiet)
-        fprintf(stderr, "serve: %s on %s: making the weights and %lld input tokens\n", path,
-                dev.name, (long long)pool);
+        fprintf(stderr, "serve: %s on %s: making the weights and %lld input tokens (Ctrl-C "
+                        "stops the run and keeps what was measured)\n",
+                path, dev.name, (long long)pool);
     if (serve_data_create(&dev, &config->model, config->activation_dtype, o->workload.seed, pool,
                           &data, error, sizeof error) != 0) {
         exit_code = cli_fail("serve: %s: %s", path, error);
     } else {
-        for (int32_t d = 0; d < o->states_count; d++) {
+        for (int32_t d = 0; d < o->states_count && !serve_interrupted; d++) {
             serve_table *t = &tables[d];
             const serve_mode_result *native = serve_find_mode(t, "native");
             int32_t native_max = native ? native->max_concurrent : 0;
@@ -314,6 +388,7 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
                                    &t->modes[i]);
             serve_report_print(t, o);
             fflush(stdout);
+            (*printed)++;
         }
         serve_data_destroy(&dev, &data);
     }
@@ -376,11 +451,15 @@ int cmd_serve(int argc, char **argv)
     if (!tables)
         return cli_fail("serve: out of memory");
     int32_t done = 0;
-    for (int i = 0; i < config_count && exit_code == CLI_EXIT_OK; i++) {
-        exit_code = run_config(configs[i], &o, &tables[done]);
+    serve_interrupted = 0;
+    serve_catch_interrupt();
+    for (int i = 0; i < config_count && exit_code == CLI_EXIT_OK && !serve_interrupted; i++) {
+        int32_t printed = 0;
+        exit_code = run_config(configs[i], &o, &tables[done], &printed);
         if (exit_code == CLI_EXIT_OK)
-            done += o.states_count;
+            done += printed;
     }
+    serve_release_interrupt();
     if (done > 0) {
         int written = write_outputs(tables, done, &o, json_path, plot_path);
         if (exit_code == CLI_EXIT_OK)
@@ -388,6 +467,12 @@ int cmd_serve(int argc, char **argv)
     }
     if (exit_code == CLI_EXIT_OK)
         exit_code = tables_exit_code(tables, done);
+    if (serve_interrupted) {
+        fprintf(stderr, "ssmstate: serve: interrupted (Ctrl-C): what was measured until then "
+                        "is above%s%s\n",
+                json_path ? ", in --json" : "", plot_path ? ", in --plot" : "");
+        exit_code = SERVE_EXIT_INTERRUPTED;
+    }
     free(tables);
     return exit_code;
 }

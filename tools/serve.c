@@ -1,8 +1,36 @@
 /* The helpers serve.h declares for every part of `ssmstate serve`. */
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 #include "serve.h"
+
+volatile sig_atomic_t serve_interrupted;
+
+static void on_interrupt(int signal_number)
+{
+    (void)signal_number;
+    serve_interrupted = 1; /* SA_RESETHAND: a second Ctrl-C ends the process */
+}
+
+void serve_catch_interrupt(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_interrupt;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+}
+
+void serve_release_interrupt(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, NULL);
+}
 
 double serve_auto_rate(const serve_options *o, int32_t concurrency)
 {

@@ -4,6 +4,7 @@
 #ifndef SSM_TOOLS_SERVE_H
 #define SSM_TOOLS_SERVE_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
@@ -37,6 +38,17 @@ typedef struct serve_options {
     const char *device;      /* --device, or NULL */
     int quiet;
 } serve_options;
+
+/* Set by SIGINT (Ctrl-C) while a run is under way (serve_catch_interrupt):
+ * the stream stops at the end of its step, the level measured so far is
+ * kept, nothing more runs, and what was measured is printed and written
+ * (docs/serve.md, "Interrupting a run"). A second Ctrl-C ends the process. */
+extern volatile sig_atomic_t serve_interrupted;
+void serve_catch_interrupt(void);  /* installs the handler (one shot) */
+void serve_release_interrupt(void); /* puts the default back */
+
+/* Seconds between progress lines of a level that runs on (unless --quiet). */
+#define SERVE_PROGRESS_SECONDS 5.0
 
 /* The arrival rate that keeps `concurrency` slots full: twice the most
  * requests per step that many slots can finish (a request lives at least

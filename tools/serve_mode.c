@@ -125,10 +125,13 @@ static void sweep(serve_engine *e, const ssm_config *c, const serve_options *o,
         const int checked = i == count - 1 ? o->check : 0;
         memset(p, 0, sizeof *p);
         p->rate = o->rate > 0 ? o->rate : serve_auto_rate(o, levels[i]);
-        if (serve_engine_level(e, levels[i], checked, logs, p, m->error, sizeof m->error) != 0)
+        int status = serve_engine_level(e, levels[i], checked, logs, p, m->error, sizeof m->error);
+        if (status < 0 || (status > 0 && p->steps == 0))
             break;
-        m->points_count++;
+        m->points_count++; /* an interrupted level keeps the steps it measured */
         progress_line(o, c, p);
+        if (status > 0)
+            break;
     }
     if (!m->error[0] && o->check > 0) {
         const char *against = check_setup(c, e->dev, m->mode, &m->check);
@@ -148,6 +151,10 @@ void serve_mode_run(const ssm_config *base, const serve_options *o, const serve_
                     const serve_data *data, ssm_dtype state, int32_t native_max,
                     serve_mode_result *m)
 {
+    if (serve_interrupted) {
+        snprintf(m->error, sizeof m->error, "not run: interrupted (Ctrl-C)");
+        return;
+    }
     ssm_config c = serve_mode_config(base, m->mode, state, dev->where, m->max_concurrent);
     ssm_ctx *ctx = NULL;
     if (ssm_ctx_create(&c, &ctx) != SSM_OK) {

@@ -33,7 +33,9 @@ int32_t serve_mode_levels(const serve_options *o, int32_t max, int32_t native_ma
 
 /* Runs a planned mode (m->max_concurrent > 0): one context, every level, the
  * check at the largest, the context's status flags. Failures land in
- * m->error (the levels measured so far stay). */
+ * m->error (the levels measured so far stay); so does an interruption
+ * (serve_interrupted: the levels so far and the part of the level it
+ * stopped stay, no check runs; a mode it finds set does not run). */
 void serve_mode_run(const ssm_config *base, const serve_options *o, const serve_device *dev,
                     const serve_data *data, ssm_dtype state, int32_t native_max,
                     serve_mode_result *m);

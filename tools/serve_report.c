@@ -377,10 +377,10 @@ int serve_report_json(FILE *out, const serve_table *tables, int32_t count,
                       const serve_options *o)
 {
     const serve_workload *w = &o->workload;
-    fprintf(out, "{\"command\":\"serve\",\"version\":\"%d.%d.%d\",\"options\":{\"seed\":%llu,"
-                 "\"tokens\":%d,\"accept\":",
+    fprintf(out, "{\"command\":\"serve\",\"version\":\"%d.%d.%d\",\"interrupted\":%s,"
+                 "\"options\":{\"seed\":%llu,\"tokens\":%d,\"accept\":",
             SSMSTATE_VERSION_MAJOR, SSMSTATE_VERSION_MINOR, SSMSTATE_VERSION_PATCH,
-            (unsigned long long)w->seed, w->tokens);
+            serve_interrupted ? "true" : "false", (unsigned long long)w->seed, w->tokens);
     json_number(out, w->accept);
     fprintf(out, ",\"prompt_min\":%d,\"prompt_max\":%d,\"output_min\":%d,\"output_max\":%d,"
                  "\"chunk\":%d,\"rate\":",

@@ -497,6 +497,29 @@ static void release_all(level *v)
     v->live_count = 0;
 }
 
+/* A line on stderr while a level runs on, every SERVE_PROGRESS_SECONDS
+ * (a large model on the CPU can spend minutes in one level). */
+static void progress(const level *v, double *next)
+{
+    const serve_options *o = v->e->o;
+    double now = serve_now();
+    if (o->quiet || now < *next)
+        return;
+    *next = now + SERVE_PROGRESS_SECONDS;
+    const ssm_config *c = ssm_ctx_config(v->e->ctx);
+    if (v->measuring)
+        fprintf(stderr, "serve: %s %s %s: concurrency %d: measured step %lld of %d\n",
+                ssm_model_kind_name(c->model.kind), ssm_dtype_name(c->state_dtype), c->mode,
+                (int)v->concurrency, (long long)v->out->steps, (int)o->steps);
+    else
+        fprintf(stderr,
+                "serve: %s %s %s: concurrency %d: warm-up step %lld (at most %d), %lld "
+                "requests finished\n",
+                ssm_model_kind_name(c->model.kind), ssm_dtype_name(c->state_dtype), c->mode,
+                (int)v->concurrency, (long long)v->out->warmup_steps, (int)o->warmup_steps,
+                (long long)v->finished);
+}
+
 int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serve_log **logs,
                        serve_point *out, char *error, size_t len)
 {
@@ -529,7 +552,8 @@ int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serv
         snprintf(error, len, "out of memory for the stream");
     v.measuring = o->warmup_steps == 0;
     v.logging = v.logging && !v.measuring;
-    while (status == 0 && out->steps < o->steps) {
+    double next_progress = serve_now() + SERVE_PROGRESS_SECONDS;
+    while (status == 0 && out->steps < o->steps && !serve_interrupted) {
         status = run_step(&v);
         if (status == 0 && out->idle_steps > 1000 * (int64_t)o->steps) {
             snprintf(error, len, "%lld idle steps at %d concurrent: arrivals too rare for "
@@ -537,8 +561,20 @@ int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serv
                      (long long)out->idle_steps, (int)concurrency, (int)o->steps);
             status = -1;
         }
+        if (status == 0)
+            progress(&v, &next_progress);
     }
-    if (status == 0)
+    if (status == 0 && serve_interrupted) {
+        if (out->steps > 0)
+            snprintf(error, len, "interrupted (Ctrl-C) at concurrency %d after %lld of %d "
+                     "measured steps",
+                     (int)concurrency, (long long)out->steps, (int)o->steps);
+        else
+            snprintf(error, len, "interrupted (Ctrl-C) in the warm-up of concurrency %d",
+                     (int)concurrency);
+        status = 1;
+    }
+    if (status >= 0)
         summarize(&v);
     release_all(&v);
     free(v.live);

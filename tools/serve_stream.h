@@ -44,7 +44,10 @@ void serve_engine_destroy(serve_engine *e);
  * most o->warmup_steps), then o->steps measured steps, whose numbers go into
  * *out; at the end every slot is released. When check > 0, requests
  * 0 .. check-1 are logged during the warm-up into logs[0 .. check) (created
- * here; the caller destroys them). Returns 0, or -1 with a message. */
+ * here; the caller destroys them). A progress line goes to stderr every
+ * SERVE_PROGRESS_SECONDS (unless quiet). Returns 0; 1 when serve_interrupted
+ * stopped it (a message says where; *out holds the steps measured so far,
+ * maybe none); or -1 with a message. */
 int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serve_log **logs,
                        serve_point *out, char *error, size_t len);
 
