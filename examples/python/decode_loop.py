@@ -273,9 +273,18 @@ def main():
             cuda = torch.cuda.is_available()
         except ImportError:
             cuda = False
+    if cuda:
+        try:
+            import torch  # noqa: F401  (the tensors of a CUDA context)
+        except ImportError:
+            print("decode_loop: --device cuda needs torch", file=sys.stderr)
+            return 2
     shape = args.shape if args.shape != "auto" else ("qwen3-next" if cuda else "small")
-    workdir = tempfile.mkdtemp(prefix="decode_loop-")
-    ini_path = os.path.join(workdir, "layer.ini")
+    with tempfile.TemporaryDirectory(prefix="decode_loop-") as workdir:
+        return run_modes(args, modes, cuda, shape, os.path.join(workdir, "layer.ini"))
+
+
+def run_modes(args, modes, cuda, shape, ini_path):
     text = INI.format(device="cuda" if cuda else "cpu", slots=args.slots, **SHAPES[shape])
     try:
         with open(ini_path, "w") as f:
@@ -317,8 +326,6 @@ def main():
               f"{stats['reused']} slot reuses, {plan.bytes_per_slot / 1024:.0f} KiB/slot, "
               f"{tokens / max(stats['seconds'], 1e-9):,.0f} tokens/s{same}"
               f"{', flags %s' % flags if flags else ''}")
-    os.unlink(ini_path)
-    os.rmdir(workdir)
     return status
 
 
