@@ -10,7 +10,8 @@
 # truncated session.txt (naming the line or field it ends before), --save
 # without --stop-after and a missing checkpoint are refused with one error line
 # (exit 2), a mismatched config naming the field that differs. --save creates
-# missing parents. Prints TAP.
+# missing parents. A lane loaded with NaNs in its state fails the run, its
+# bf16 ulps printed as "nan". Prints TAP.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 config="$SSM_TOP_SRCDIR/examples/quickstart.ini"
@@ -33,7 +34,7 @@ in_mode replay
 in_mode compact
 sed 's/^seed = .*/seed = 7/' "$config" >"$tmp/other_seed.ini"
 
-echo "1..16"
+echo "1..17"
 "$ssmstate" run "$config" --quiet --hashes "$tmp/whole.txt" >"$tmp/out" 2>"$tmp/err"
 report $? "the whole session passes"
 sort "$tmp/whole.txt" >"$tmp/whole.sorted"
@@ -123,4 +124,41 @@ report $? "--save without --stop-after is refused"
 "$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/nothing" >"$tmp/out" 2>"$tmp/err"
 one_error $? "session.txt"
 report $? "a missing checkpoint is refused"
+
+# A lane whose state holds NaNs (a page with its checksums made again): the
+# outputs it gives are NaN, and the summary says "nan" ulps (never 2^63 - 1).
+python=
+for candidate in ${PYTHON:-} python3 /usr/bin/python3; do
+    command -v "$candidate" >/dev/null 2>&1 && python=$candidate && break
+done
+if [ -z "$python" ]; then
+    n=$((n + 1))
+    echo "ok $n # SKIP python3 not found"
+else
+    "$python" - "$tmp/ckpt/lane-0.page" "$(dirname "$0")" <<'EOF_PY'
+import struct, sys
+sys.path.insert(0, sys.argv[2])
+from make_page import crc32c
+page = bytearray(open(sys.argv[1], "rb").read())
+H, HV, K, V, W = struct.unpack_from("<5I", page, 28)
+sd, ad, h0, h1 = struct.unpack_from("<4I", page, 56)
+g = HV // H
+D = 2 * (h1 - h0) // g * K + (h1 - h0) * V
+at = 96 + (W - 1) * D * (2 if ad == 2 else 4)  # layer 0's state
+for i in range(16):
+    if sd == 2:
+        struct.pack_into("<H", page, at + 2 * i, 0x7FC0)
+    else:
+        struct.pack_into("<I", page, at + 4 * i, 0x7FC00000)
+struct.pack_into("<I", page, 80, crc32c(bytes(page[96:])))
+struct.pack_into("<I", page, 92, crc32c(bytes(page[:92])))
+open(sys.argv[1], "wb").write(page)
+EOF_PY
+    "$ssmstate" run "$tmp/replay.ini" --quiet --load "$tmp/ckpt" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    cat "$tmp/out" >>"$tmp/err"
+    [ "$rc" -eq 1 ] && grep -q "relative RMS nan .* elements at most nan bf16 ulps apart" "$tmp/out" &&
+        ! grep -q "9223372036854775807" "$tmp/out" && grep -q "verdict     FAIL" "$tmp/out"
+    report $? "a NaN state's outputs are reported as nan ulps, and fail"
+fi
 [ "$fails" -eq 0 ]

@@ -1,5 +1,6 @@
 /* The numerics contract's bounds and the comparisons behind them (see bound.h). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/reference.h"
@@ -42,6 +43,15 @@ static int bf16_is_nan(uint16_t bits)
     return (bits & 0x7f80) == 0x7f80 && (bits & 0x007f) != 0;
 }
 
+const char *bound_ulps_text(int64_t ulps, char *buf, size_t len)
+{
+    if (ulps == BOUND_ULPS_NAN)
+        snprintf(buf, len, "nan");
+    else
+        snprintf(buf, len, "%lld", (long long)ulps);
+    return buf;
+}
+
 /* The largest distance in bf16 ulps: a statistic shown beside the relative
  * RMS, never a bound (an element near zero may be many ulps off). */
 static int64_t max_bf16_ulps(const uint16_t *got, const uint16_t *ref, int64_t n)
@@ -50,7 +60,7 @@ static int64_t max_bf16_ulps(const uint16_t *got, const uint16_t *ref, int64_t n
     for (int64_t i = 0; i < n; i++) {
         int64_t ulps = llabs(bf16_ordinal(got[i]) - bf16_ordinal(ref[i]));
         if (bf16_is_nan(got[i]) || bf16_is_nan(ref[i]))
-            ulps = INT64_MAX;
+            ulps = BOUND_ULPS_NAN;
         if (ulps > worst)
             worst = ulps;
     }

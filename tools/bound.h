@@ -19,6 +19,7 @@
 #ifndef SSM_TOOLS_BOUND_H
 #define SSM_TOOLS_BOUND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
@@ -42,10 +43,18 @@ bound bound_for_states(bound_relation relation, ssm_dtype state_dtype);
 /* The bound in words (static storage). */
 const char *bound_text(bound b);
 
+/* The ulp distance of an element that is NaN on either side: no number of
+ * ulps, printed "nan" (bound_ulps_text), null in JSON. */
+#define BOUND_ULPS_NAN INT64_MAX
+
+/* An ulp distance as text into buf: the number, or "nan" for
+ * BOUND_ULPS_NAN. Returns buf. */
+const char *bound_ulps_text(int64_t ulps, char *buf, size_t len);
+
 /* One comparison: relative RMS ||got - ref|| / ||ref|| (NaN if either side
  * holds a non-finite value), the largest distance in bf16 ulps when the
- * dtype is bf16 (0 otherwise; INT64_MAX for a NaN: shown, never bounded),
- * and whether the bound holds for the n elements as one tensor. */
+ * dtype is bf16 (0 otherwise; BOUND_ULPS_NAN for a NaN: shown, never
+ * bounded), and whether the bound holds for the n elements as one tensor. */
 typedef struct bound_result {
     double rel_rms;
     int64_t max_ulps;

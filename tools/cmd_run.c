@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ssmstate/ssmstate.h"
+#include "bound.h"
 #include "cli.h"
 #include "session.h"
 
@@ -51,8 +52,10 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
            "layer's whole output), %lld final states\n",
            (long long)s->output_blocks, s->bound, (long long)s->final_states);
     printf("max error   outputs: relative RMS %.3g (the worst layer)", s->max_rel_error);
+    char ulps[32];
     if (c->activation_dtype == SSM_DTYPE_BF16)
-        printf(", elements at most %lld bf16 ulps apart (not bounded)", (long long)s->max_ulps);
+        printf(", elements at most %s bf16 ulps apart (not bounded)",
+               bound_ulps_text(s->max_ulps, ulps, sizeof ulps));
     printf("; final states: relative RMS %.3g\n", s->max_state_rel_error);
     if (s->violations)
         printf("violations  %lld; first: %s\n", (long long)s->violations, s->first_violation);

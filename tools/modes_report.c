@@ -20,8 +20,9 @@ typedef struct row {
  * element near zero may be many ulps off). */
 static void format_error(char *cell, double rel_rms, int64_t ulps, int show_ulps)
 {
+    char text[32];
     if (show_ulps)
-        snprintf(cell, CELL, "%.3g, %lld ulp", rel_rms, (long long)ulps);
+        snprintf(cell, CELL, "%.3g, %s ulp", rel_rms, bound_ulps_text(ulps, text, sizeof text));
     else
         snprintf(cell, CELL, "%.3g", rel_rms);
 }

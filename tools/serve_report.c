@@ -165,9 +165,10 @@ static void print_checks(const serve_table *t)
             continue;
         }
         const compare_difference *d = &c->diff;
-        char ulps[48] = "";
+        char ulps[48] = "", text[32];
         if (d->max_output_ulps > 0)
-            snprintf(ulps, sizeof ulps, ", at most %lld bf16 ulps", (long long)d->max_output_ulps);
+            snprintf(ulps, sizeof ulps, ", at most %s bf16 ulps",
+                     bound_ulps_text(d->max_output_ulps, text, sizeof text));
         printf("  check %s: %d requests (%d finished) against %s: %lld layer outputs %s "
                "(max relative RMS %.3g%s), %lld final states %s, windows %s: %s\n",
                m->mode, c->requests, c->finished, c->against, (long long)d->blocks,
@@ -298,10 +299,14 @@ static void json_check(FILE *out, const serve_check_result *c)
             c->requests, c->finished, (long long)d->blocks, (long long)d->states,
             d->outputs_identical ? "true" : "false", d->outputs_within_bound ? "true" : "false");
     json_number(out, d->max_output_rel_rms);
-    fprintf(out, ",\"max_output_ulps\":%lld,\"states_identical\":%s,\"states_within_bound\":%s,"
+    char ulps[32];
+    fprintf(out, ",\"max_output_ulps\":%s,\"states_identical\":%s,\"states_within_bound\":%s,"
                  "\"windows_identical\":%s,\"max_state_rel_rms\":",
-            (long long)d->max_output_ulps, d->states_identical ? "true" : "false",
-            d->states_within_bound ? "true" : "false", d->windows_identical ? "true" : "false");
+            d->max_output_ulps == BOUND_ULPS_NAN /* JSON has no NaN */
+                ? "null"
+                : bound_ulps_text(d->max_output_ulps, ulps, sizeof ulps),
+            d->states_identical ? "true" : "false", d->states_within_bound ? "true" : "false",
+            d->windows_identical ? "true" : "false");
     json_number(out, d->max_state_rel_rms);
     fprintf(out, ",\"pass\":%s,\"error\":", c->pass ? "true" : "false");
     if (c->error[0])
