@@ -85,7 +85,12 @@ printf '%s\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\ndevice 
 n=$((n + 1))
 "$ssmstate" run "$tmp/cuda.ini" --quiet >"$tmp/out" 2>"$tmp/err"
 rc=$?
-if [ "$rc" -eq 2 ] && grep -q "run drives CPU contexts only" "$tmp/err"; then
+gpu=no # one the driver lists, not hidden by CUDA_VISIBLE_DEVICES=""
+if [ "${CUDA_VISIBLE_DEVICES-all}" != "" ] && command -v nvidia-smi >/dev/null 2>&1 &&
+    nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+    gpu=yes
+fi
+if [ "$gpu" = yes ] && ! grep -q "this build has no CUDA support" "$tmp/err"; then
     echo "ok $n - one message for a missing GPU # SKIP a GPU is visible"
 else
     said=$(sed -n 's/^ssmstate: //p' "$tmp/err")
