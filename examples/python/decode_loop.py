@@ -97,9 +97,11 @@ class Device:
         if not self.cuda:
             dst.reshape(-1)[:n] = src.reshape(-1)
             return
-        t = self.torch.from_numpy(np.ascontiguousarray(src).reshape(-1))
-        if dst.dtype == self.torch.bfloat16:
-            t = t.view(self.torch.int16).view(self.torch.bfloat16)
+        src = np.ascontiguousarray(src).reshape(-1)
+        if dst.dtype == self.torch.bfloat16:  # bf16 bits: uint16 in NumPy, int16 in torch
+            t = self.torch.from_numpy(src.view(np.int16)).view(self.torch.bfloat16)
+        else:
+            t = self.torch.from_numpy(src)
         dst.view(-1)[:n].copy_(t)
 
     def get(self, src, n):

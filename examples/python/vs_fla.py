@@ -41,9 +41,36 @@ except ImportError:
     skip("torch is not installed")
 if not torch.cuda.is_available():
     skip("no CUDA GPU visible to torch")
+
+
+def load_fla():
+    """fla-core's two GDN kernels; when fla.ops as a whole fails to import (an
+    unrelated op), its gated_delta_rule modules are loaded alone."""
+    import importlib
+    import types
+    try:
+        from fla.ops.gated_delta_rule import (chunk_gated_delta_rule,
+                                              fused_recurrent_gated_delta_rule)
+        return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    except ModuleNotFoundError as e:
+        if e.name == "fla":  # not installed
+            raise
+    except Exception:  # some other op of fla.ops failed to import
+        pass
+    for m in [m for m in sys.modules if m.startswith("fla.ops")]:
+        del sys.modules[m]
+    root = os.path.dirname(importlib.import_module("fla").__file__)
+    for pkg in ("fla.ops", "fla.ops.gated_delta_rule"):
+        sys.modules[pkg] = mod = types.ModuleType(pkg)
+        mod.__path__ = [os.path.join(root, *pkg.split(".")[1:])]
+    chunk = importlib.import_module("fla.ops.gated_delta_rule.chunk")
+    rec = importlib.import_module("fla.ops.gated_delta_rule.fused_recurrent")
+    return chunk.chunk_gated_delta_rule, rec.fused_recurrent_gated_delta_rule
+
+
 try:
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
-except Exception as e:  # ImportError, or an op of fla failing to import
+    chunk_gated_delta_rule, fused_recurrent_gated_delta_rule = load_fla()
+except Exception as e:  # not installed, or not importable here
     skip(f"fla-core is not usable ({type(e).__name__}: {e}); pip install fla-core")
 try:
     import ssmstate
@@ -94,9 +121,9 @@ class FlaLayer:
         xs = torch.cat([self.window, x], dim=1).float()
         conv = sum(xs[:, i:i + n] * self.w["conv_weight"][:, i] for i in range(W))
         c = F.silu(conv + self.w["conv_bias"]).to(torch.bfloat16)
-        q = c[..., :H * K].reshape(-1, n, H, K)
-        k = c[..., H * K:2 * H * K].reshape(-1, n, H, K)
-        v = c[..., 2 * H * K:].reshape(-1, n, HV, V)
+        q = c[..., :H * K].reshape(-1, n, H, K).contiguous()
+        k = c[..., H * K:2 * H * K].reshape(-1, n, H, K).contiguous()
+        v = c[..., 2 * H * K:].reshape(-1, n, HV, V).contiguous()
         g = -torch.exp(self.w["a_log"]) * F.softplus(a.float() + self.w["dt_bias"])
         beta = torch.sigmoid(b.float())
         return (q, k, v, g, beta), xs[:, -(W - 1):].to(torch.bfloat16)

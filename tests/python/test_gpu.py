@@ -27,10 +27,10 @@ def cuda_ctx(make_ctx, mode="native", **kw):
 
 def to_torch(a: np.ndarray, bf16: bool) -> "torch.Tensor":
     """A host array of the World onto the GPU (bf16 bits as torch.bfloat16)."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
     if a.dtype == np.uint16 and bf16:
-        t = t.view(torch.int16).view(torch.bfloat16)
-    return t.to(DEV)
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(DEV)
+    return torch.from_numpy(a).to(DEV)
 
 
 def to_numpy(t: "torch.Tensor") -> np.ndarray:
