@@ -662,10 +662,11 @@ template <int E, bool KDA, class State, class Act>
 inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
                              cudaStream_t st)
 {
+    /* Always opted in: the kernel's static staging (up to 32 KiB) counts
+     * against the 48 KiB a launch gets without the attribute. */
     size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
-    if (shared > 48 * 1024)
-        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
 }
 
