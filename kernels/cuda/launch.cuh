@@ -127,10 +127,10 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * on a GPU (docs/architecture.md). */
     const char *one_launch = getenv("SSMSTATE_CUDA_ONE_LAUNCH");
     g.fused_steps = one_launch && strcmp(one_launch, "1") == 0;
-    /* SSMSTATE_CUDA_FAST_MATH=1: the prologue's and the identity's
-     * transcendental functions through the hardware's approximations
-     * (prep.cuh's dev_* helpers; other bits than the CPU's, the same in
-     * every mode). Off by default until it has been measured on a GPU. */
+    /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
+     * exponentials through the hardware's approximations (prep.cuh's dev_*
+     * helpers; other bits than the CPU's, the same in every mode). Off by
+     * default until it has been measured on a GPU. */
     const char *fast = getenv("SSMSTATE_CUDA_FAST_MATH");
     g.d.fast_math = fast && strcmp(fast, "1") == 0;
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)

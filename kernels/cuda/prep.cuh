@@ -133,12 +133,14 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_
  * What the prologue computes for a token, shared with the one-launch step
  * kernel (fused.cuh) so the two give the same bits. */
 
-/* The transcendental functions of a step on the GPU. By default
- * kernels/math.h's, built from IEEE operations, which give the CPU's bits;
- * with dims.fast_math the hardware's approximations (ex2.approx through
- * __expf, __fdividef, __logf, rsqrtf: a few ulps), which the numerics
- * contract allows on the GPU. Every mode's kernels call these same helpers,
- * so modes agree bit for bit either way. */
+/* The transcendental functions of a step's gates and decays on the GPU. By
+ * default kernels/math.h's, built from IEEE operations, which give the
+ * CPU's bits; with dims.fast_math the hardware's approximations (ex2.approx
+ * through __expf, __fdividef, __logf: a few ulps). Activations keep the
+ * exact SiLU and norm either way: a few ulps there flip the bf16 rounding of
+ * q, k and v, which moved fp32 states 1.6e-4 to 4.8e-4 from the CPU's, past
+ * the contract's 1e-4. Every mode's kernels call these same helpers, so
+ * modes agree bit for bit either way. */
 __device__ __forceinline__ float dev_expf(const dims &d, float x)
 {
     return d.fast_math ? __expf(x) : ssm_expf(x);
@@ -150,21 +152,17 @@ __device__ __forceinline__ float dev_sigmoid(const dims &d, float x)
     return d.fast_math ? __fdividef(1.0f, 1.0f + __expf(-x)) : ssm_sigmoid(x);
 }
 
-__device__ __forceinline__ float dev_silu(const dims &d, float x)
-{
-    return d.fast_math ? x * dev_sigmoid(d, x) : ssm_silu(x);
-}
-
+/* log(1 + e^x) in the log1p form (Goldberg): log(u) * e / (u - 1) with
+ * u = 1 + e keeps the relative accuracy where e is far below 1, which
+ * log(1 + e) alone loses. */
 __device__ __forceinline__ float dev_softplus(const dims &d, float x)
 {
     if (!d.fast_math)
         return ssm_softplus(x);
-    return x > 20.0f ? x : __logf(1.0f + __expf(x));
-}
-
-__device__ __forceinline__ float dev_l2_inv(const dims &d, float sum_of_squares)
-{
-    return d.fast_math ? rsqrtf(sum_of_squares + 1e-6f) : ssm_l2_inv(sum_of_squares);
+    if (x > 20.0f)
+        return x;
+    float e = __expf(x), u = 1.0f + e;
+    return u == 1.0f ? e : __logf(u) * __fdividef(e, u - 1.0f);
 }
 
 /* The conv taps of channels [c, c + 4): weight[i][ch] for tap i (zero past
@@ -231,7 +229,7 @@ __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH
         for (int i = 0; i < WIDTH; i++)
             if (i < d.W)
                 acc += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
-        value[ch] = round_to((const Act *)0, dev_silu(d, acc));
+        value[ch] = round_to((const Act *)0, ssm_silu(acc));
         squares += value[ch] * value[ch];
     }
 #pragma unroll
@@ -262,7 +260,7 @@ __device__ __forceinline__ float head_squares(float squares, int32_t K)
 __device__ __forceinline__ void head_normalize(const dims &d, const float (&value)[4],
                                                float squares, float scale, float (&out)[4])
 {
-    float inv = dev_l2_inv(d, squares);
+    float inv = ssm_l2_inv(squares);
 #pragma unroll
     for (int ch = 0; ch < 4; ch++)
         out[ch] = (value[ch] * inv) * scale;

@@ -30,7 +30,8 @@ class World:
     """Random fp32 weights per layer and random inputs for a context's model; inputs
     are made in float64 and stored in the activation dtype (bf16 as uint16 bits)."""
 
-    def __init__(self, ctx: ssmstate.Context, seed: int = 1):
+    def __init__(self, ctx: ssmstate.Context, seed: int = 1, bind: bool = True):
+        """bind=False leaves the weights unbound (a CUDA context binds device copies)."""
         self.ctx = ctx
         self.m = ctx.model
         self.rng = np.random.default_rng(seed)
@@ -48,7 +49,7 @@ class World:
                             ).astype(np.float32),
             }
             self.weights.append(w)
-        self.bound = [ctx.layer_weights(**w) for w in self.weights]
+        self.bound = [ctx.layer_weights(**w) for w in self.weights] if bind else []
 
     def store(self, a: np.ndarray) -> np.ndarray:
         """float values in the activation dtype."""

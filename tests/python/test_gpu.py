@@ -43,7 +43,7 @@ class GpuWorld:
     """The World's weights and inputs as torch tensors on the GPU."""
 
     def __init__(self, ctx, seed):
-        self.host = World(ctx, seed)
+        self.host = World(ctx, seed, bind=False)
         self.ctx = ctx
         self.weights = [ctx.layer_weights(**{k: to_torch(v, False) for k, v in w.items()})
                         for w in self.host.weights]
@@ -97,7 +97,7 @@ def test_cuda_steps_match_cpu(make_ctx, mode):
 
 def test_host_tensors_are_refused(make_ctx):
     ctx = cuda_ctx(make_ctx)
-    w = World(ctx, 1)
+    w = World(ctx, 1, bind=False)
     with pytest.raises(ssmstate.SsmError,
                        match=r"weights.conv_weight: in host memory, this context needs CUDA"):
         ctx.layer_weights(**w.weights[0])
