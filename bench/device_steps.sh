@@ -3,12 +3,13 @@
 # one warm machine (the build stays in .device/build between them):
 #
 #   bash bench/device_steps.sh test    build the release tarball, run the whole
-#                                      suite (the GPU mode tests run twice: with
-#                                      the prologue and with one-launch steps)
-#   bash bench/device_steps.sh bench   ssmstate bench with one-launch steps off,
-#                                      on, and on with the fast math
-#                                      (SSMSTATE_CUDA_ONE_LAUNCH, _FAST_MATH), and
-#                                      fla-core's recurrent kernels in the same call
+#                                      suite (the GPU mode tests with each choice
+#                                      of one-launch steps and the fast math)
+#   bash bench/device_steps.sh bench   ssmstate bench with the default one-launch
+#                                      choice, with every step in one launch, with
+#                                      none (SSMSTATE_CUDA_ONE_LAUNCH unset, 1, 0),
+#                                      and fla-core's recurrent kernels in the
+#                                      same call
 #   bash bench/device_steps.sh peers   the public ReplaySSM and fla kernels
 #                                      (.device/peers, .device/replayssm)
 #
@@ -37,9 +38,10 @@ bench)
     fla=$out/fla_bench.json
     timeout 200 python3 bench/fla_bench.py --out "$fla" >"$out/fla_bench.txt" 2>&1
     echo "fla_bench: exit $?"
-    # variants: one-launch steps off/on, and on with the fast math
-    for v in 00 10 11; do
-        export SSMSTATE_CUDA_ONE_LAUNCH=${v:0:1} SSMSTATE_CUDA_FAST_MATH=${v:1:1}
+    # variants: the default choice of one-launch steps, all, none
+    for v in default 1 0; do
+        unset SSMSTATE_CUDA_ONE_LAUNCH
+        [ "$v" = default ] || export SSMSTATE_CUDA_ONE_LAUNCH=$v
         timeout 120 "$b/ssmstate" bench examples/qwen3-next.ini examples/kimi-linear.ini \
             --state f32 --layers 1 --batches 1,64,128,256 --accepted 3 --samples 10 \
             --fla "$fla" --json "$out/layer_$v.json" --quiet >"$out/layer_$v.txt" 2>&1
@@ -49,8 +51,8 @@ bench)
             >"$out/chain_$v.txt" 2>&1
         echo "chain $v: exit $?"
     done
-    for v in 00 10 11; do
-        echo "== one-launch ${v:0:1}, fast math ${v:1:1}"
+    for v in default 1 0; do
+        echo "== one-launch $v"
         grep -E "^==|^ *(decode|round a=3|copy) " "$out/layer_$v.txt" | head -40
     done
     ;;

@@ -21,6 +21,10 @@
 
 namespace ssm {
 
+/* When decode and verify run in one launch (step_in_one_launch). */
+enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
+#define ONE_LAUNCH_DECODE_ROWS 8
+
 /* What every mode keeps on the GPU besides its states. */
 struct gpu_common {
     dims d;
@@ -41,7 +45,7 @@ struct gpu_common {
     /* [capacity][layers][H]: the fused decode's window counters (fused.cuh),
      * zero between steps. */
     int32_t *arrivals;
-    bool fused_steps;     /* decode and verify in one launch (fused.cuh) */
+    int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
@@ -121,12 +125,15 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * before it has finished. */
     const char *overlap = getenv("SSMSTATE_CUDA_OVERLAP");
     g.overlap = major >= 9 && !(overlap && strcmp(overlap, "0") == 0);
-    /* SSMSTATE_CUDA_ONE_LAUNCH=1 runs decode and native's and compact's
-     * verify in one launch each (fused.cuh) instead of the prologue and the
-     * tile job: the same bits. Off by default until it has been measured
-     * on a GPU (docs/architecture.md). */
+    /* SSMSTATE_CUDA_ONE_LAUNCH: 1 runs every decode and native's and
+     * compact's verify in one launch each (fused.cuh) instead of the
+     * prologue and the tile job, 0 none; unset, the measured choice of
+     * step_in_one_launch. The same bits either way. */
     const char *one_launch = getenv("SSMSTATE_CUDA_ONE_LAUNCH");
-    g.fused_steps = one_launch && strcmp(one_launch, "1") == 0;
+    g.one_launch = !one_launch                ? ONE_LAUNCH_AUTO
+                   : strcmp(one_launch, "1") == 0 ? ONE_LAUNCH_ALWAYS
+                   : strcmp(one_launch, "0") == 0 ? ONE_LAUNCH_NEVER
+                                                  : ONE_LAUNCH_AUTO;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
      * exponentials through the hardware's approximations (prep.cuh's dev_*
      * helpers; other bits than the CPU's, the same in every mode). Off by
@@ -652,10 +659,19 @@ inline step_inputs step_inputs_for(const gpu_common &g, const ssm_step_v1 *step,
 }
 
 /* Whether a step runs in one launch: a decode or verify (no prefill
- * pieces) of a conv width of at most 4, with the one-launch steps on. */
+ * pieces) of a conv width of at most 4, unless SSMSTATE_CUDA_ONE_LAUNCH
+ * says otherwise. By default every verify does (an MTP round at B = 256
+ * took 12% less time for GDN and 20% less for KDA on an H100), and a decode
+ * of at most ONE_LAUNCH_DECODE_ROWS rows (B = 1: 7.1 against 8.7 us); a
+ * larger decode keeps the prologue launch, whose tiles split the batch
+ * without repeating the conv and norms per value tile (B = 64 took 145
+ * against 114 us in one launch). docs/architecture.md has the table. */
 inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 {
-    return g.fused_steps && !step->token_offsets && g.d.W <= 4;
+    if (g.one_launch == ONE_LAUNCH_NEVER || step->token_offsets || g.d.W > 4)
+        return false;
+    return g.one_launch == ONE_LAUNCH_ALWAYS || step->tokens > 1 ||
+           step->rows <= ONE_LAUNCH_DECODE_ROWS;
 }
 
 template <int E, bool KDA, class State, class Act>
