@@ -1,8 +1,9 @@
 #!/bin/sh
-# `ssmstate run --dump` recomputed independently (issue 2: "Done when"):
-# runs two sessions, the quickstart (GDN, fp32 state, bf16 activations) and a
-# small KDA model with a gate lower bound and bf16 state, and recomputes each
-# dump with tests/recompute_dump.py (float64 NumPy, SPEC 2.2). Prints TAP.
+# `ssmstate run --dump` recomputed independently:
+# runs three sessions, the quickstart (GDN, fp32 state, bf16 activations) and
+# two KDA models with a gate lower bound and bf16 state, a short and a long
+# one, and recomputes each dump with tests/recompute_dump.py (float64 NumPy,
+# written from the model's equations). Prints TAP.
 #
 # make check sets SSM_TOP_SRCDIR, SSM_TOP_BUILDDIR and SSMSTATE_PLUGIN_PATH;
 # run by hand from a build directory, the defaults below find everything.
@@ -55,7 +56,17 @@ acceptance = 0.6
 seed = 7
 INI
 
-echo "1..4"
+# The long session on which the verdict of `run` and the recomputation once
+# disagreed: KDA with a lower bound and a bf16 state, about 900 tokens a
+# request; its final states end 2.6e-3 from the fp64 reference, inside the
+# bf16 state's bound of 1e-2 and past the fp32 state's 2e-3.
+sed -e 's/^key_dim = 16/key_dim = 32/' -e 's/^value_dim = 16/value_dim = 32/' \
+    -e 's/^requests = 5/requests = 3/' -e 's/^prompt_min = 3/prompt_min = 40/' \
+    -e 's/^prompt_max = 21/prompt_max = 200/' -e 's/^prefill_chunk = 8/prefill_chunk = 64/' \
+    -e 's/^decode_steps = 6/decode_steps = 600/' -e 's/^seed = 7/seed = 1/' \
+    "$tmpdir/kda.ini" >"$tmpdir/kda_long.ini"
+
+echo "1..6"
 test_number=0
 
 # run_session NAME CONFIG: one run with --dump, then its recomputation.
@@ -77,15 +88,16 @@ run_session() {
     if [ -z "$python" ]; then
         echo "ok $test_number # SKIP python3 with numpy not found ($name recompute)"
     elif [ "$ran" != 1 ]; then
-        echo "not ok $test_number - $name dump recomputes within SPEC 3.5 (no dump)"
+        echo "not ok $test_number - $name dump recomputes within the numerics contract (no dump)"
     elif "$python" "$recompute" "$dump" >"$tmpdir/$name.recompute" 2>&1; then
-        echo "ok $test_number - $name dump recomputes within SPEC 3.5 ($(tail -n 1 "$tmpdir/$name.recompute"))"
+        echo "ok $test_number - $name dump recomputes within the numerics contract ($(tail -n 1 "$tmpdir/$name.recompute"))"
     else
-        echo "not ok $test_number - $name dump recomputes within SPEC 3.5"
+        echo "not ok $test_number - $name dump recomputes within the numerics contract"
         sed 's/^/# /' "$tmpdir/$name.recompute"
     fi
 }
 
 run_session quickstart "$top_srcdir/examples/quickstart.ini"
 run_session kda "$tmpdir/kda.ini"
+run_session kda_long "$tmpdir/kda_long.ini"
 exit 0

@@ -3,28 +3,32 @@
 
 usage: recompute_dump.py [--pure] DUMP_DIR
 
-A float64 NumPy implementation of SPEC section 2.2, written from the spec and
-sharing no code with the library: short conv with window, SiLU, the conv
-output rounded to the activation dtype (SPEC 2.3; bf16 round-to-nearest-even
-emulated with integer bit operations), split, L2 norm with the K^-0.5 query
+A float64 NumPy implementation of a layer's step, written from the model's
+equations and sharing no code with the library: short conv with window, SiLU,
+the conv output rounded to the activation dtype (docs/numerics.md, "Rounding
+points"; bf16 round-to-nearest-even emulated with integer bit operations), split, L2 norm with the K^-0.5 query
 scale, both gate forms, beta, GVA, and the delta-rule recurrence in float64.
 Every request is recomputed from zero state and compared with what the
-library produced (SPEC 3.5, fp64 row):
+library produced under the numerics contract's bounds against fp64
+(docs/numerics.md):
 
-  outputs and final states: relative RMS ||lib - ref|| / ||ref|| <= 2e-3
+  outputs and final states: relative RMS ||lib - ref|| / ||ref|| <= 2e-3 over an
+                            fp32 state, <= 1e-2 over a bf16 state (rounding a bf16
+                            state after every token accumulates under slowly
+                            decaying gates)
   conv windows:             bit-exact
 
 Two references are computed. The "pure" one keeps the state in float64 and
 never rounds the outputs. The "rounded" one also applies the other two
-rounding points of SPEC 2.3, which the library's result is defined by: the
+rounding points of docs/numerics.md, which the library's result is defined by: the
 state is rounded to the state dtype and the outputs to the activation dtype.
 The state is rounded after every decoded token, and within the prompt where
 the chunked prefill rounds it: at the end of each prefill call (the prompt
 goes in calls of the workload's prefill_chunk tokens) and of each 64-token
 chunk within a call (docs/prefill.md). The rounded reference decides (the pure one with --pure):
 against the pure reference, bf16 outputs differ by their own rounding alone
-(about 1.7e-3 relative RMS) and a bf16 state drifts by 4e-3 to 5e-3 within
-30 tokens, so the pure bound is only attainable with fp32 state.
+(about 1.7e-3 relative RMS) and a bf16 state drifts by 4e-3 to 6e-3 over
+hundreds of tokens, which only the bf16 bound leaves room for.
 
 Prints one line per (request, layer), then "N passed, M failed".
 Exit status: 0 all passed, 1 a check failed, 2 usage error or unreadable dump.
@@ -35,8 +39,8 @@ import sys
 
 import numpy as np
 
-OUTPUT_LIMIT = 2e-3
-STATE_LIMIT = 2e-3
+# Relative RMS bounds against the fp64 reference, by state dtype.
+LIMITS = {"f32": 2e-3, "bf16": 1e-2}
 
 
 def round_bf16(x):
@@ -111,7 +115,7 @@ def rounding_points(n, prompt, piece):
 def recompute(model, act, layer, x, gate, beta, state_dtype=None, rounded_after=None):
     """Runs n tokens of one request through one layer from zero state.
     With a state_dtype the state is rounded to it after each token t where
-    rounded_after[t] (SPEC 2.3), each output taken before that rounding; with
+    rounded_after[t] (the rounding points), each output taken before that rounding; with
     None it stays float64 throughout. Returns (outputs [n][HV][V] float64, final state
     [HV][V][K], window [W-1][D])."""
     H, HV = model["heads"], model["value_heads"]
@@ -198,6 +202,7 @@ def main(argv):
     model = manifest["model"]
     act = manifest["activation_dtype"]
     state_dtype = manifest["state_dtype"]
+    limit = LIMITS[state_dtype]
     H, HV = model["heads"], model["value_heads"]
     K, V, W = model["key_dim"], model["value_dim"], model["conv_width"]
     D = 2 * H * K + HV * V
@@ -213,7 +218,7 @@ def main(argv):
     print("%s, %d layers, H=%d HV=%d K=%d V=%d W=%d, state %s, activations %s, mode %s; "
           "deciding: %s reference, bound %g"
           % (model["kind"], model["layers"], H, HV, K, V, W, state_dtype, act,
-             manifest["mode"], "pure fp64" if pure else "rounded fp64", OUTPUT_LIMIT))
+             manifest["mode"], "pure fp64" if pure else "rounded fp64", limit))
     for request in manifest["requests"]:
         n = request["committed_tokens"]
         for entry in request["layers"]:
@@ -235,9 +240,9 @@ def main(argv):
             state_err = rel_rms(lib_state, state)
             window_exact = np.array_equal(lib_window.astype(np.float64), window)
             if pure:
-                ok = pure_out_err <= OUTPUT_LIMIT and pure_state_err <= STATE_LIMIT
+                ok = pure_out_err <= limit and pure_state_err <= limit
             else:
-                ok = out_err <= OUTPUT_LIMIT and state_err <= STATE_LIMIT
+                ok = out_err <= limit and state_err <= limit
             ok = ok and window_exact
             passed += ok
             failed += not ok
