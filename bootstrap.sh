@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ssmstate needs (Debian packages), builds it, and then either
-#   ./bootstrap.sh run     runs the main job: ssmstate run examples/quickstart.ini
+#   ./bootstrap.sh run     runs the main job: ssmstate run examples/quickstart.ini, on
+#                          the GPU when the build has CUDA and one is visible
 #   ./bootstrap.sh check   runs the whole test suite (make check)
 #   ./bootstrap.sh build   only builds
 # Extra arguments after the verb go to ./configure (e.g. --without-cuda).
@@ -30,7 +31,7 @@ make -j"$(nproc)"
 case "$verb" in
 run)
     # The plugins of this build tree, not an installed copy.
-    SSMSTATE_PLUGIN_PATH="$PWD/.libs" ./ssmstate run examples/quickstart.ini ;;
+    SSMSTATE_PLUGIN_PATH="$PWD/.libs" ./ssmstate run examples/quickstart.ini --device auto ;;
 check)
     make -j"$(nproc)" check || { cat test-suite.log 2>/dev/null | tail -n 200; exit 1; } ;;
 build) ;;

@@ -3,9 +3,9 @@
 # wrong-ABI plugin, an unknown mode in --modes, a bad --pool-bytes, an
 # out-of-range --stop-after, an empty list item, an unwritable serve --json, an
 # extra inspect argument, a [workload] no run could finish (refused by check
-# and run at its line) and a conformance run on a file that is no usable
-# plugin (ssmstate conform, check_conformance) each give exactly one error
-# line on stderr and exit 2. A config on a GPU that cannot run (no GPU, no
+# and run at its line), a --device that names no device, and a conformance
+# run on a file that is no usable plugin (ssmstate conform,
+# check_conformance) each give exactly one error line on stderr and exit 2. A config on a GPU that cannot run (no GPU, no
 # CUDA build) gets one message from run, bench and serve.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
@@ -39,7 +39,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..19"
+echo "1..20"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -109,6 +109,8 @@ else
         fails=$((fails + 1))
     fi
 fi
+expect_one_line "run --device names no device" "--device gpu: give auto, cpu, cuda or cuda:N" \
+    "$ssmstate" run "$tmp/ok.ini" --device gpu
 long=$(printf '%04080d' 0)
 expect_one_line "--dump under a path too long" "path too long" \
     "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"

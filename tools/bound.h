@@ -10,8 +10,8 @@
  *     CPU): outputs 1e-5 (fp32) or 2e-4 (bf16) over an fp32 state; states
  *     1e-5; over a bf16 state 1e-2, the bound native itself meets against
  *     an fp64 reference.
- *   BOUND_CPU_VS_CUDA: a CUDA context against the CPU (serve's check on a
- *     GPU): outputs 1e-4 (fp32) or 5e-4 (bf16) over an fp32 state; states
+ *   BOUND_CPU_VS_CUDA: a CUDA context against the CPU (`ssmstate run` on a
+ *     CUDA context, serve's check on a GPU): outputs 1e-4 (fp32) or 5e-4 (bf16) over an fp32 state; states
  *     1e-4; over a bf16 state 1e-2.
  * A bf16 tensor too small to resolve its bound is held to one rounding step
  * of its largest element relative to its norm when that is larger, as the

@@ -26,8 +26,10 @@ int cmd_serve(int argc, char **argv); /* cmd_serve.c: the streamed serving bench
 int cmd_conform(int argc, char **argv); /* cmd_conform.c: the conformance suite */
 
 /* `run CONFIG --modes LIST` (cmd_run_modes.c): LIST is "all" or mode names
- * separated by commas. */
-int cmd_run_modes(const char *config_path, const char *modes, int show_progress);
+ * separated by commas; every mode's context on `device`, or on the config's
+ * device when it is NULL. */
+int cmd_run_modes(const char *config_path, const char *modes, int show_progress,
+                  const ssm_device *device);
 
 /* Option lists (cli_lists.c), parsed in place (`text` is cut at its
  * commas, the results point into it). cli_split_list: at most `max`

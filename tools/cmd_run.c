@@ -1,6 +1,8 @@
 /* `ssmstate run CONFIG [--dump DIR] [--quiet]`: the simulated serving
  * session, its summary, and the verdict as the exit code. With --modes LIST
- * the session runs once per mode, side by side (cmd_run_modes.c).
+ * the session runs once per mode, side by side (cmd_run_modes.c). The
+ * session runs on the config's device, or on the one --device names: on a
+ * CUDA context with device buffers, checked against the CPU reference.
  *
  * Checkpoints: --stop-after N --save DIR stops after N forwards and saves
  * the session (session_checkpoint.c); --load DIR resumes one, in any mode.
@@ -28,6 +30,11 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
     printf("session     mode %s (%s), %s %d layers, state %s, activations %s\n", c->mode,
            plugin_path, ssm_model_kind_name(c->model.kind), c->model.layers,
            ssm_dtype_name(c->state_dtype), ssm_dtype_name(c->activation_dtype));
+    if (c->device.type == SSM_DEVICE_CUDA)
+        printf("device      cuda:%d (batch buffers in device memory, checked against the CPU)\n",
+               (int)c->device.index);
+    else
+        printf("device      cpu\n");
     printf("requests    %d (at most %d at once, slots reused)\n", s->requests, s->lanes);
     printf("forwards    %lld\n", (long long)s->forwards);
     printf("prefill     %lld tokens\n", (long long)s->prefill_tokens);
@@ -66,7 +73,52 @@ static void print_summary(const ssm_config *c, const ssm_plan *plan, const char 
 
 static const char usage_line[] =
     "ssmstate run CONFIG [--dump DIR | --modes native,compact,replay|all] [--quiet]\n"
-    "       [--stop-after N --save DIR] [--load DIR] [--hashes FILE]";
+    "       [--device auto|cpu|cuda|cuda:N] [--stop-after N --save DIR] [--load DIR]\n"
+    "       [--hashes FILE]";
+
+/* --device TEXT into *out: "cpu", "cuda" (cuda:0), "cuda:N", or "auto":
+ * cuda:0 when the build has CUDA and a GPU is visible, else the CPU. A
+ * named GPU that is missing is the context's error, in the library's
+ * words. Returns CLI_EXIT_OK or a usage error. */
+static int pick_device(const char *text, ssm_device *out)
+{
+    if (!strcmp(text, "auto")) {
+        const ssm_device gpu = {SSM_DEVICE_CUDA, 0};
+        *out = ssm_device_check(&gpu) == SSM_OK ? gpu : (ssm_device){SSM_DEVICE_CPU, 0};
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(text, "cpu")) {
+        *out = (ssm_device){SSM_DEVICE_CPU, 0};
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(text, "cuda")) {
+        *out = (ssm_device){SSM_DEVICE_CUDA, 0};
+        return CLI_EXIT_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long index = strncmp(text, "cuda:", 5) == 0 && text[5] ? strtol(text + 5, &end, 10) : -1;
+    if (index < 0 || index > 1023 || !end || *end || errno == ERANGE)
+        return cli_fail("--device %s: give auto, cpu, cuda or cuda:N", text);
+    *out = (ssm_device){SSM_DEVICE_CUDA, (int32_t)index};
+    return CLI_EXIT_OK;
+}
+
+/* The context of CONFIG, on `device` when it is not NULL (asked for as
+ * --device `text`). */
+static int create_context(const char *path, const ssm_device *device, const char *text,
+                          ssm_ctx **ctx)
+{
+    if (!device)
+        return ssm_ctx_create_from_file(path, ctx) == SSM_OK ? CLI_EXIT_OK : cli_fail_library();
+    ssm_config *config = NULL;
+    if (ssm_config_load(path, &config) != SSM_OK)
+        return cli_fail_library();
+    config->device = *device;
+    ssm_status status = ssm_ctx_create(config, ctx);
+    ssm_config_free(config);
+    return status == SSM_OK ? CLI_EXIT_OK : cli_fail("--device %s: %s", text, ssm_last_error());
+}
 
 /* FNV-1a, 64 bits. */
 static unsigned long long fnv1a(const void *data, size_t bytes)
@@ -109,11 +161,14 @@ int cmd_run(int argc, char **argv)
         {"load", required_argument, NULL, 'l'},
         {"stop-after", required_argument, NULL, 'n'},
         {"hashes", required_argument, NULL, 'f'},
+        {"device", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     session_options opt = {.dump_dir = NULL, .show_progress = 1, .observer = NULL};
     const char *modes = NULL, *hashes_path = NULL;
+    ssm_device device;
+    const char *device_text = NULL;
     char *end = NULL;
     int o;
     while ((o = getopt_long(argc, argv, "d:m:qh", options, NULL)) != -1) {
@@ -124,6 +179,11 @@ int cmd_run(int argc, char **argv)
         case 's': opt.save_dir = optarg; break;
         case 'l': opt.load_dir = optarg; break;
         case 'f': hashes_path = optarg; break;
+        case 'D':
+            if (pick_device(optarg, &device) != CLI_EXIT_OK)
+                return CLI_EXIT_USAGE;
+            device_text = optarg;
+            break;
         case 'n':
             errno = 0;
             opt.stop_after = strtoll(optarg, &end, 10);
@@ -141,7 +201,8 @@ int cmd_run(int argc, char **argv)
     if (modes && (opt.save_dir || opt.load_dir || hashes_path))
         return cli_fail("--modes runs whole sessions: no --save, --load or --hashes");
     if (modes)
-        return cmd_run_modes(argv[optind], modes, opt.show_progress);
+        return cmd_run_modes(argv[optind], modes, opt.show_progress,
+                             device_text ? &device : NULL);
     if (!opt.save_dir != !opt.stop_after)
         return cli_fail("--save and --stop-after go together (stop after N forwards, then save)");
     if (opt.dump_dir && (opt.save_dir || opt.load_dir))
@@ -149,8 +210,9 @@ int cmd_run(int argc, char **argv)
                         "--load");
 
     ssm_ctx *ctx = NULL;
-    if (ssm_ctx_create_from_file(argv[optind], &ctx) != SSM_OK)
-        return cli_fail_library();
+    int created = create_context(argv[optind], device_text ? &device : NULL, device_text, &ctx);
+    if (created != CLI_EXIT_OK)
+        return created;
     ssm_plan plan;
     if (ssm_ctx_plan(ctx, &plan) != SSM_OK) {
         ssm_ctx_destroy(ctx);

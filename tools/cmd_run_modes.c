@@ -247,11 +247,14 @@ static void free_runs(mode_run *runs, int count)
     }
 }
 
-int cmd_run_modes(const char *config_path, const char *modes, int show_progress)
+int cmd_run_modes(const char *config_path, const char *modes, int show_progress,
+                  const ssm_device *device)
 {
     ssm_config *config = NULL;
     if (ssm_config_load(config_path, &config) != SSM_OK)
         return cli_fail_library();
+    if (device)
+        config->device = *device;
     modes_report_mode reports[MAX_MODES];
     mode_run runs[MAX_MODES];
     memset(reports, 0, sizeof reports);

@@ -6,8 +6,8 @@
  * drafts) or verify batch carries a round of every request past its prompt;
  * after the last layer one commit keeps each round's accepted tokens. Every
  * row's outputs are compared with the reference shadow right after the call
- * (the CPU path runs to completion), and finished requests hand their slot
- * back. */
+ * (on a CUDA context, once they are downloaded), and finished requests hand
+ * their slot back. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +68,7 @@ static void free_layer_buffers(void **buffers, int32_t layers)
 
 static void session_free(session *s)
 {
+    session_device_close(&s->device, s->model.layers);
     synth_weights_destroy(&s->weights);
     shadow_destroy(s->shadow);
     free(s->requests);
@@ -104,6 +105,7 @@ static int allocate_buffers(session *s, int dumping)
     const int64_t round_tokens = ((int64_t)s->lanes + 1) * s->tokens_per_row;
     const size_t tokens = (size_t)(prefill_tokens > round_tokens ? prefill_tokens : round_tokens);
     int ok = 1;
+    s->io_tokens = tokens;
 
     s->requests = take(&ok, (size_t)w->requests, sizeof *s->requests);
     s->accepted_history = take(&ok, (size_t)w->requests * (size_t)w->decode_steps, sizeof(int32_t));
@@ -136,6 +138,8 @@ static int allocate_buffers(session *s, int dumping)
     if (ok && shadow_create(m, s->state_dtype, s->act, s->lanes,
                             w->prefill_chunk > s->tokens_per_row ? w->prefill_chunk
                                                                  : s->tokens_per_row,
+                            s->config->device.type == SSM_DEVICE_CUDA ? BOUND_CPU_VS_CUDA
+                                                                      : BOUND_ONE_DEVICE,
                             &s->shadow) != 0)
         ok = 0;
     if (ok && synth_weights_create(m, w->seed, &s->weights) != 0)
@@ -150,9 +154,6 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
     ssm_plan plan;
     if (ssm_ctx_plan(ctx, &plan) != SSM_OK)
         return cli_fail_library();
-    if (c->device.type != SSM_DEVICE_CPU)
-        return cli_fail("run drives CPU contexts only: this command allocates its batch "
-                        "buffers in host memory (set device = cpu)");
     s->ctx = ctx;
     s->config = c;
     s->model = c->model;
@@ -170,6 +171,15 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
 
     int exit_code = allocate_buffers(s, opt->dump_dir != NULL);
     if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+    const session_host_buffers host = {
+        &s->model,          s->act,           s->state_dtype,   s->io_tokens,
+        s->lanes,           s->lanes + 1,     s->x,             s->gate,
+        s->beta,            s->out,           s->prefill.slots, s->prefill.offsets,
+        s->round.slots,     s->round.accepted, s->weights.layer, s->weights.storage,
+        s->export_window,   s->export_state,
+    };
+    if ((exit_code = session_device_open(&s->device, c->device, &host)) != CLI_EXIT_OK)
         return exit_code;
     sum->bound = shadow_bound_text(s->shadow);
     for (int32_t i = 0; i < c->workload.requests; i++) {
@@ -328,11 +338,64 @@ static void fill_inputs(session *s, const batch_rows *b, int32_t layer)
     }
 }
 
+/* Row bytes of the io buffers, per token. */
+static size_t x_bytes(const session *s)
+{
+    return (size_t)ssm_conv_channels(&s->model) * ssm_dtype_size(s->act);
+}
+
+static size_t gate_bytes(const session *s)
+{
+    return (size_t)ssm_gate_width(&s->model) * ssm_dtype_size(s->act);
+}
+
+static size_t beta_bytes(const session *s)
+{
+    return (size_t)s->model.value_heads * ssm_dtype_size(s->act);
+}
+
+static size_t out_bytes(const session *s)
+{
+    return (size_t)s->model.value_heads * s->model.value_dim * ssm_dtype_size(s->act);
+}
+
+/* The inputs of a batch's `tokens` tokens and its `rows` slots to the
+ * device (nothing on the CPU). */
+static int upload_batch(session *s, const batch_rows *b, int32_t *device_slots, int64_t tokens)
+{
+    const session_device *d = &s->device;
+    const size_t n = (size_t)tokens;
+    int exit_code = session_device_upload(d, d->x, s->x, n * x_bytes(s));
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = session_device_upload(d, d->gate, s->gate, n * gate_bytes(s));
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = session_device_upload(d, d->beta, s->beta, n * beta_bytes(s));
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = session_device_upload(d, device_slots, b->slots,
+                                          (size_t)b->count * sizeof(int32_t));
+    return exit_code;
+}
+
+/* Waits for a step, counts its time, and brings its outputs to the host. */
+static int finish_call(session *s, ssm_status status, double start, int64_t tokens)
+{
+    if (status != SSM_OK)
+        return cli_fail_library();
+    int exit_code = session_device_sync(&s->device);
+    s->sum->library_seconds += now_seconds() - start;
+    if (exit_code == CLI_EXIT_OK)
+        exit_code = session_device_download(&s->device, s->out, s->device.out,
+                                            (size_t)tokens * out_bytes(s));
+    return exit_code;
+}
+
 static int run_layer(session *s, int32_t layer, ssm_ticket *ticket)
 {
-    const ssm_layer_weights *w = &s->weights.layer[layer];
-    const ssm_step_io io = {s->x, s->gate, s->beta, s->out};
-    ssm_status status = SSM_OK;
+    const session_device *d = &s->device;
+    const ssm_layer_weights *w = &d->weights[layer];
+    const ssm_step_io io = {d->x, d->gate, d->beta, d->out};
+    void *stream = d->dev.stream;
+    int exit_code;
     double start;
 
     if (s->prefill.count > 0) {
@@ -340,29 +403,40 @@ static int run_layer(session *s, int32_t layer, ssm_ticket *ticket)
         for (int32_t r = 0; r < s->prefill.count; r++)
             if (s->prefill.rows[r].tokens > longest)
                 longest = s->prefill.rows[r].tokens;
-        const ssm_prefill_batch batch = {.rows = s->prefill.count, .slots = s->prefill.slots,
-                                         .token_offsets = s->prefill.offsets,
-                                         .max_row_tokens = longest};
+        const int64_t tokens = s->prefill.offsets[s->prefill.count];
+        const ssm_prefill_batch batch = {.rows = s->prefill.count,
+                                         .slots = d->prefill_slots,
+                                         .token_offsets = d->prefill_offsets,
+                                         .max_row_tokens = longest,
+                                         .slots_host = s->prefill.slots,
+                                         .token_offsets_host = s->prefill.offsets};
         fill_inputs(s, &s->prefill, layer);
+        exit_code = upload_batch(s, &s->prefill, d->prefill_slots, tokens);
+        if (exit_code == CLI_EXIT_OK)
+            exit_code = session_device_upload(d, d->prefill_offsets, s->prefill.offsets,
+                                              ((size_t)s->prefill.count + 1) * sizeof(int32_t));
+        if (exit_code != CLI_EXIT_OK)
+            return exit_code;
         start = now_seconds();
-        status = ssm_prefill(s->ctx, layer, &batch, w, &io, NULL);
-        s->sum->library_seconds += now_seconds() - start;
-        if (status != SSM_OK)
-            return cli_fail_library();
+        exit_code = finish_call(s, ssm_prefill(s->ctx, layer, &batch, w, &io, stream), start,
+                                tokens);
+        if (exit_code != CLI_EXIT_OK)
+            return exit_code;
         check_rows(s, &s->prefill, layer, SESSION_PREFILL);
     }
     if (s->round.count > 0) {
+        const int64_t tokens = (int64_t)s->round.count * s->tokens_per_row;
         const ssm_batch batch = {.rows = s->round.count, .tokens = s->tokens_per_row,
-                                 .slots = s->round.slots};
+                                 .slots = d->round_slots, .slots_host = s->round.slots};
         fill_inputs(s, &s->round, layer);
+        if ((exit_code = upload_batch(s, &s->round, d->round_slots, tokens)) != CLI_EXIT_OK)
+            return exit_code;
         start = now_seconds();
-        if (s->tokens_per_row == 1)
-            status = ssm_decode(s->ctx, layer, &batch, w, &io, NULL);
-        else
-            status = ssm_verify(s->ctx, layer, &batch, w, &io, ticket, NULL);
-        s->sum->library_seconds += now_seconds() - start;
-        if (status != SSM_OK)
-            return cli_fail_library();
+        ssm_status status = s->tokens_per_row == 1
+                                ? ssm_decode(s->ctx, layer, &batch, w, &io, stream)
+                                : ssm_verify(s->ctx, layer, &batch, w, &io, ticket, stream);
+        if ((exit_code = finish_call(s, status, start, tokens)) != CLI_EXIT_OK)
+            return exit_code;
         check_rows(s, &s->round, layer,
                    s->tokens_per_row == 1 ? SESSION_DECODE : SESSION_VERIFY);
     }
@@ -403,11 +477,18 @@ static int run_forward(session *s)
         if ((exit_code = run_layer(s, layer, &ticket)) != CLI_EXIT_OK)
             return exit_code;
     if (s->round.count > 0 && s->tokens_per_row > 1) {
+        const session_device *d = &s->device;
+        exit_code = session_device_upload(d, d->accepted, s->round.accepted,
+                                          (size_t)s->round.count * sizeof(int32_t));
+        if (exit_code != CLI_EXIT_OK)
+            return exit_code;
         double start = now_seconds();
-        ssm_status status = ssm_commit(s->ctx, &ticket, s->round.accepted, NULL);
-        s->sum->library_seconds += now_seconds() - start;
-        if (status != SSM_OK)
+        if (ssm_commit(s->ctx, &ticket, d->accepted, d->dev.stream) != SSM_OK)
             return cli_fail_library();
+        exit_code = session_device_sync(d);
+        s->sum->library_seconds += now_seconds() - start;
+        if (exit_code != CLI_EXIT_OK)
+            return exit_code;
     }
     apply_forward(s);
     return CLI_EXIT_OK;
@@ -457,13 +538,26 @@ static int dump_finished(session *s, const request *req)
  * shadow, dumps it, and releases the slot for the next request. */
 static int finish_request(session *s, request *req)
 {
-    ssm_status status = ssm_slot_export_canonical(s->ctx, req->slot, s->export_window,
-                                                  s->export_state, NULL);
+    const session_device *d = &s->device;
+    ssm_status status = ssm_slot_export_canonical(s->ctx, req->slot, d->export_window,
+                                                  d->export_state, d->dev.stream);
     if (status == SSM_ERR_UNSUPPORTED && !s->dump) {
         /* a mode without export: nothing to compare, the outputs were checked */
     } else if (status != SSM_OK) {
         return cli_fail_library();
     } else {
+        const ssm_model_dims *m = &s->model;
+        for (int32_t l = 0; l < m->layers; l++) {
+            int exit_code = session_device_download(
+                d, s->export_window[l], d->export_window[l],
+                (size_t)ssm_ref_window_elems(m) * ssm_dtype_size(s->act));
+            if (exit_code == CLI_EXIT_OK)
+                exit_code = session_device_download(
+                    d, s->export_state[l], d->export_state[l],
+                    (size_t)ssm_ref_state_elems(m) * ssm_dtype_size(s->state_dtype));
+            if (exit_code != CLI_EXIT_OK)
+                return exit_code;
+        }
         for (int32_t l = 0; l < s->model.layers; l++) {
             bound_result r = shadow_compare_canonical(s->shadow, req->lane, l,
                                                       s->export_window[l], s->export_state[l]);

@@ -7,6 +7,7 @@
 
 #include "dump.h"
 #include "session.h"
+#include "session_device.h"
 #include "shadow.h"
 #include "synth.h"
 
@@ -58,10 +59,13 @@ struct session {
     request **lane_request; /* [lanes], NULL when free */
     int32_t next_request, finished;
 
-    /* Batch buffers, allocated once and shared by prefill and rounds (the
-     * CPU path finishes each call before the next fills them). */
+    /* Batch buffers, allocated once and shared by prefill and rounds (each
+     * call has finished, its outputs downloaded, before the next fills
+     * them), and their twins on the context's device. */
     batch_rows prefill, round;
     void *x, *gate, *beta, *out;
+    size_t io_tokens; /* tokens x, gate, beta and out hold */
+    session_device device;
 
     /* Finishing a request: the exported canonical form of every layer. */
     void **export_window, **export_state;

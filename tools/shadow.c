@@ -20,7 +20,7 @@ struct shadow {
 };
 
 int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act, int32_t lanes,
-                  int64_t max_tokens, shadow **out)
+                  int64_t max_tokens, bound_relation relation, shadow **out)
 {
     shadow *s = calloc(1, sizeof *s);
     if (!s)
@@ -47,8 +47,8 @@ int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act,
         shadow_destroy(s);
         return -1;
     }
-    s->output_bound = bound_for_outputs(BOUND_ONE_DEVICE, state_dtype, act);
-    s->state_bound = bound_for_states(BOUND_ONE_DEVICE, state_dtype);
+    s->output_bound = bound_for_outputs(relation, state_dtype, act);
+    s->state_bound = bound_for_states(relation, state_dtype);
     *out = s;
     return 0;
 }

@@ -2,7 +2,7 @@
  * state (conv window and matrix state, starting at zero like a fresh slot)
  * that runs the same tokens as the library through the CPU reference
  * (kernels/reference.h) and holds the outputs and final states to the
- * numerics contract's bounds for one device (bound.h): each layer's outputs
+ * numerics contract's bounds (bound.h): each layer's outputs
  * over the session as one tensor, each final state as one. */
 #ifndef SSM_TOOLS_SHADOW_H
 #define SSM_TOOLS_SHADOW_H
@@ -15,9 +15,10 @@
 typedef struct shadow shadow;
 
 /* Shadows for `lanes` concurrent requests; a step checks up to max_tokens
- * tokens of one row. Returns 0, or -1 when out of memory. */
+ * tokens of one row, against the bounds of `relation` (BOUND_CPU_VS_CUDA
+ * for a CUDA context). Returns 0, or -1 when out of memory. */
 int shadow_create(const ssm_model_dims *m, ssm_dtype state_dtype, ssm_dtype act, int32_t lanes,
-                  int64_t max_tokens, shadow **out);
+                  int64_t max_tokens, bound_relation relation, shadow **out);
 void shadow_destroy(shadow *s);
 
 /* Zero state and window in every layer of a lane, as a freshly acquired slot. */
