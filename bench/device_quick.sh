@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call over what bench/device_stage.sh built on the host (carry
 # .device/stage, and .device/wheels for fla-core): the GPU mode suite with
-# each choice of one-launch steps, ssmstate bench with one launch forced off
+# each choice of one-launch steps, `ssmstate run --device cuda`, ssmstate bench with one launch forced off
 # and on, the Python binding's GPU tests, and fla-core's recurrent kernels.
 # Logs under $OUT; a short table last. About 5 minutes on an H100.
 set -u
@@ -20,6 +20,10 @@ modes() { # NAME [VAR=VALUE...]
     grep '^not ok' "$O/modes_$name.log" | head -8
 }
 modes default
+SSM_TOP_BUILDDIR=$S/bin SSM_TOP_SRCDIR=$root timeout 100 sh tests/gpu/run_cuda.gpu \
+    >"$O/run_cuda.log" 2>&1
+echo "run --device cuda: exit $? $(elapsed)"
+grep "^not ok" "$O/run_cuda.log" | head -5
 for v in 0 1; do
     SSMSTATE_CUDA_ONE_LAUNCH=$v timeout 60 "$S/bin/ssmstate" bench examples/qwen3-next.ini \
         examples/kimi-linear.ini --state f32 --layers 1 --batches 1,64,256 --accepted 3 \
