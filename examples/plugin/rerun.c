@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/conv_buffer.h"
-#include "kernels/cpu_steps.h"
+#include "plugins/common/conv_buffer.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/layout.h"
 #include "kernels/reference.h"
 #include "ssmstate/plugin.h"

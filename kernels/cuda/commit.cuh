@@ -1,6 +1,6 @@
 /* The commit of a forward on the GPU, every layer in one launch: the conv
  * buffer keeps the first a staged inputs (its window becomes the last W-1
- * rows of [window; staged[0..a)], as kernels/conv_buffer.h does on the CPU),
+ * rows of [window; staged[0..a)], as plugins/common/conv_buffer.h does on the CPU),
  * and the mode's per-slot index moves: native's current snapshot becomes
  * a-1, replay's cursor advances by a (after a fold, which the step did when
  * ring_folds() said so, the ring restarts after the folded records). Accepted lengths

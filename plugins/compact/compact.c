@@ -3,11 +3,11 @@
 #include <string.h>
 
 #include "config.h"
-#include "kernels/build_caps.h"
-#include "kernels/tune_entries.h"
-#include "kernels/device_check.h"
-#include "kernels/conv_buffer.h"
-#include "kernels/cpu_steps.h"
+#include "plugins/common/build_caps.h"
+#include "plugins/common/tune_entries.h"
+#include "plugins/common/device_check.h"
+#include "plugins/common/conv_buffer.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/layout.h"
 #include "kernels/record.h"
 #include "plugins/compact/compact.h"

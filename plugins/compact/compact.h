@@ -6,8 +6,8 @@
 #ifndef SSM_COMPACT_H
 #define SSM_COMPACT_H
 
-#include "kernels/cpu_steps.h"
-#include "kernels/tune_entries.h"
+#include "plugins/common/cpu_steps.h"
+#include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct compact_mode {
@@ -50,7 +50,7 @@ static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32
 ssm_cpu_target compact_cpu_target(compact_mode *c);
 
 /* The GPU path (compact_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (kernels/device_check.h says which configs it takes). */
+ * plugin methods (plugins/common/device_check.h says which configs it takes). */
 size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status compact_cuda_create(compact_mode *c);
@@ -71,8 +71,8 @@ ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count, const int32
                                      const ssm_page_view_v1 *views, const uint32_t *refused,
                                      void *stream);
 
-/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
- * plugin_v1.h, through kernels/tune_entries.h). */
+/* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through plugins/common/tune_entries.h). */
 SSM_TUNE_CUDA_DECLS(compact, compact_mode);
 
 static inline int compact_on_gpu(const compact_mode *c)

@@ -2,9 +2,9 @@
  * from the state without writing it; commit applies the accepted records of
  * every layer in one launch, through tile_token like native's update, and
  * the conv windows move in blocks of that same launch (tile.cuh). */
-#include "kernels/cuda/launch.cuh"
+#include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
-#include "kernels/cuda/tune.cuh"
+#include "plugins/common/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/compact/compact.h"

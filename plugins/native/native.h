@@ -9,8 +9,8 @@
 #ifndef SSM_NATIVE_H
 #define SSM_NATIVE_H
 
-#include "kernels/cpu_steps.h"
-#include "kernels/tune_entries.h"
+#include "plugins/common/cpu_steps.h"
+#include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct native_mode {
@@ -44,7 +44,7 @@ static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t l
 ssm_cpu_target native_cpu_target(native_mode *n);
 
 /* The GPU path (native_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (kernels/device_check.h says which configs it takes). */
+ * plugin methods (plugins/common/device_check.h says which configs it takes). */
 size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 ssm_status native_cuda_create(native_mode *n);
 void native_cuda_destroy(native_mode *n);
@@ -64,8 +64,8 @@ ssm_status native_cuda_import_slots(native_mode *n, int32_t count, const int32_t
                                     const ssm_page_view_v1 *views, const uint32_t *refused,
                                     void *stream);
 
-/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
- * plugin_v1.h, through kernels/tune_entries.h). */
+/* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through plugins/common/tune_entries.h). */
 SSM_TUNE_CUDA_DECLS(native, native_mode);
 
 static inline int native_on_gpu(const native_mode *n)

@@ -1,9 +1,9 @@
 /* The native mode on the GPU (docs/modes.md): verify writes the state after token
  * t into snapshot t, commit moves the device-side current index, decode and
  * prefill update the current snapshot in place. */
-#include "kernels/cuda/launch.cuh"
+#include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
-#include "kernels/cuda/tune.cuh"
+#include "plugins/common/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/native/native.h"

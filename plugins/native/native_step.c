@@ -1,7 +1,7 @@
 /* The native mode's steps on the CPU, through the shared reference kernels. */
 #include "config.h"
-#include "kernels/conv_buffer.h"
-#include "kernels/cpu_steps.h"
+#include "plugins/common/conv_buffer.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/layout.h"
 #include "plugins/native/native.h"
 

@@ -11,13 +11,13 @@
  *
  * The cursor is per (slot, layer) because each layer is stepped by its own
  * call: a layer folds when its own history is full. The conv window is the
- * shared buffer of kernels/conv_buffer.h, exactly as in the other modes. */
+ * shared buffer of plugins/common/conv_buffer.h, exactly as in the other modes. */
 #ifndef SSM_REPLAY_H
 #define SSM_REPLAY_H
 
-#include "kernels/cpu_steps.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/replay.h"
-#include "kernels/tune_entries.h"
+#include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 /* How decode and verify compute outputs ([replay] outputs). Without the
@@ -113,7 +113,7 @@ void replay_fold(replay_mode *r, int32_t slot, int32_t layer);
 ssm_cpu_target replay_cpu_target(replay_mode *r);
 
 /* The GPU path (replay_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (kernels/device_check.h says which configs it takes). */
+ * plugin methods (plugins/common/device_check.h says which configs it takes). */
 size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status replay_cuda_create(replay_mode *r);
@@ -136,8 +136,8 @@ ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count, const int32_t
 ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
                                    void *stream);
 
-/* Tuning on the GPU (kernels/cuda/tune.cuh; the tune_* entries of
- * plugin_v1.h, through kernels/tune_entries.h). */
+/* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
+ * plugin_v1.h, through plugins/common/tune_entries.h). */
 SSM_TUNE_CUDA_DECLS(replay, replay_mode);
 
 static inline int replay_on_gpu(const replay_mode *r)

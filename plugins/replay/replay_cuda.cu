@@ -17,9 +17,9 @@
  * (decode_folding): at small batch sizes a step costs latency, not bytes,
  * and that decode is native's two launches plus the ring's bookkeeping. The
  * choice is the host's, from the row count alone. */
-#include "kernels/cuda/launch.cuh"
+#include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
-#include "kernels/cuda/tune.cuh"
+#include "plugins/common/cuda/tune.cuh"
 
 extern "C" {
 #include "plugins/replay/replay.h"

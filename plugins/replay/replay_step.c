@@ -2,8 +2,8 @@
 #include "config.h"
 #include <string.h>
 
-#include "kernels/conv_buffer.h"
-#include "kernels/cpu_steps.h"
+#include "plugins/common/conv_buffer.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/layout.h"
 #include "kernels/record.h"
 #include "plugins/replay/replay.h"

@@ -1,8 +1,8 @@
 /* The device half of every built-in mode's check_config: what a config
  * with device = cuda needs from this build and from the CUDA kernels
  * (kernels/cuda/), in plain C so each plugin's check runs without CUDA. */
-#ifndef SSM_KERNELS_DEVICE_CHECK_H
-#define SSM_KERNELS_DEVICE_CHECK_H
+#ifndef SSM_COMMON_DEVICE_CHECK_H
+#define SSM_COMMON_DEVICE_CHECK_H
 
 #include <stddef.h>
 

@@ -1,11 +1,11 @@
 /* The tune_* entries of a built-in mode's table (plugin_v1.h, 0.3;
  * docs/tuning.md), written once: on a CUDA context they call the mode's
- * <prefix>_cuda_tune_* functions (kernels/cuda/tune.cuh underneath); on a
+ * <prefix>_cuda_tune_* functions (plugins/common/cuda/tune.cuh underneath); on a
  * CPU context, or in a build without CUDA, there is nothing to tune
  * (tune_space lists no family, the others answer SSM_ERR_UNSUPPORTED, which
  * the core never provokes, and tune_apply accepts only an empty list). */
-#ifndef SSM_KERNELS_TUNE_ENTRIES_H
-#define SSM_KERNELS_TUNE_ENTRIES_H
+#ifndef SSM_COMMON_TUNE_ENTRIES_H
+#define SSM_COMMON_TUNE_ENTRIES_H
 
 #include "config.h"
 #include "ssmstate/plugin.h"
@@ -72,7 +72,7 @@
     }
 
 /* Declares the mode's <mode>_cuda_tune_* functions (defined in its .cu by
- * SSM_TUNE_CUDA_ENTRIES of kernels/cuda/tune.cuh) for the instance type
+ * SSM_TUNE_CUDA_ENTRIES of plugins/common/cuda/tune.cuh) for the instance type
  * `type`. */
 #define SSM_TUNE_CUDA_DECLS(mode, type)                                                       \
     ssm_status mode##_cuda_tune_space(type *m, const ssm_tune_family_v1 **families,           \

@@ -1,7 +1,7 @@
 #include <string.h>
 
 #include "kernels/chunk.h"
-#include "kernels/cpu_steps.h"
+#include "plugins/common/cpu_steps.h"
 #include "kernels/layout.h"
 
 int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m)

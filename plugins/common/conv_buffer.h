@@ -4,8 +4,8 @@
  * commit of `a` shifts the buffer by a rows: the window is then exactly the
  * last W-1 accepted inputs, for any a, bit for bit. Decode and prefill leave
  * the tail alone and advance the window directly. */
-#ifndef SSM_KERNELS_CONV_BUFFER_H
-#define SSM_KERNELS_CONV_BUFFER_H
+#ifndef SSM_COMMON_CONV_BUFFER_H
+#define SSM_COMMON_CONV_BUFFER_H
 
 #include "ssmstate/types.h"
 

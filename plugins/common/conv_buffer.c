@@ -1,6 +1,6 @@
 #include <string.h>
 
-#include "kernels/conv_buffer.h"
+#include "plugins/common/conv_buffer.h"
 
 static size_t row_bytes(const ssm_model_dims *m, ssm_dtype act)
 {

@@ -1,7 +1,7 @@
 /* Capability bits that depend on how this tree was configured: a plugin
  * offers SSM_CAP_CUDA only when its CUDA path was compiled in. */
-#ifndef SSM_KERNELS_BUILD_CAPS_H
-#define SSM_KERNELS_BUILD_CAPS_H
+#ifndef SSM_COMMON_BUILD_CAPS_H
+#define SSM_COMMON_BUILD_CAPS_H
 
 #include "config.h"
 #include "ssmstate/plugin.h"

@@ -1,7 +1,7 @@
 #include <stdio.h>
 
 #include "config.h"
-#include "kernels/device_check.h"
+#include "plugins/common/device_check.h"
 
 const char *ssm_gpu_unsupported(const ssm_mode_params_v1 *p)
 {

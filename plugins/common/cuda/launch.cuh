@@ -3,8 +3,8 @@
  * argument structs filled from a step, and the launches with their dispatch
  * on key dim, state dtype and activation dtype. Launches only: no
  * allocation, no synchronization, so a step can be captured in a graph. */
-#ifndef SSM_KERNELS_CUDA_LAUNCH_CUH
-#define SSM_KERNELS_CUDA_LAUNCH_CUH
+#ifndef SSM_COMMON_CUDA_LAUNCH_CUH
+#define SSM_COMMON_CUDA_LAUNCH_CUH
 
 #include <cuda_runtime.h>
 #include <stddef.h>

@@ -5,13 +5,13 @@
  * launch.cuh on a gpu_common of its own (one layer, `max_rows` slots, its
  * own flag words), allocated by tune_begin through the services and
  * released by tune_end: the serving pool is never read or written. */
-#ifndef SSM_KERNELS_CUDA_TUNE_CUH
-#define SSM_KERNELS_CUDA_TUNE_CUH
+#ifndef SSM_COMMON_CUDA_TUNE_CUH
+#define SSM_COMMON_CUDA_TUNE_CUH
 
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "kernels/cuda/launch.cuh"
+#include "plugins/common/cuda/launch.cuh"
 
 namespace ssm {
 
@@ -364,7 +364,7 @@ inline ssm_status gpu_tune_run(gpu_tune &t, ssm_tune_trial_v1 *trial, const ssm_
 
 } /* namespace ssm */
 /* Defines a built-in mode's extern "C" <mode>_cuda_tune_* functions
- * (declared by SSM_TUNE_CUDA_DECLS of kernels/tune_entries.h) for the
+ * (declared by SSM_TUNE_CUDA_DECLS of plugins/common/tune_entries.h) for the
  * instance type `type`, whose gpu_common is G(m) and tuning state
  * m->gpu->tune. */
 #define SSM_TUNE_CUDA_ENTRIES(mode, type)                                                     \

@@ -3,8 +3,8 @@
  * buffer and current state), the non-finite check, and the scratch split
  * single-token work uses. A mode says where a slot's buffers are; the loop is
  * written once. */
-#ifndef SSM_KERNELS_CPU_STEPS_H
-#define SSM_KERNELS_CPU_STEPS_H
+#ifndef SSM_COMMON_CPU_STEPS_H
+#define SSM_COMMON_CPU_STEPS_H
 
 #include "kernels/reference.h"
 #include "ssmstate/plugin.h"
