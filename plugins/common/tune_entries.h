@@ -29,7 +29,7 @@
 #endif
 
 /* Defines static <mode>_tune_space, _tune_begin, _tune_run, _tune_end and
- * _tune_apply for the instance type `type` (with a `services` member),
+ * _tune_apply for the instance type `type` (starting with an ssm_mode_base),
  * `mode##_on_gpu` and `mode##_cuda_tune_*`. */
 #define SSM_TUNE_ENTRIES(mode, type)                                                          \
     static ssm_status mode##_tune_space(void *instance, const ssm_tune_family_v1 **families,  \
@@ -46,13 +46,13 @@
     {                                                                                         \
         type *m = instance;                                                                   \
         SSM_TUNE_IF_GPU_(mode, mode##_cuda_tune_begin(m, max_rows, stream))                   \
-        SSM_TUNE_CPU_BODY_(m->services);                                                      \
+        SSM_TUNE_CPU_BODY_(m->base.services);                                                \
     }                                                                                         \
     static ssm_status mode##_tune_run(void *instance, ssm_tune_trial_v1 *trial)               \
     {                                                                                         \
         type *m = instance;                                                                   \
         SSM_TUNE_IF_GPU_(mode, mode##_cuda_tune_run(m, trial))                                \
-        SSM_TUNE_CPU_BODY_(m->services);                                                      \
+        SSM_TUNE_CPU_BODY_(m->base.services);                                                \
     }                                                                                         \
     static void mode##_tune_end(void *instance)                                               \
     {                                                                                         \
@@ -68,7 +68,7 @@
         (void)choices;                                                                        \
         if (count == 0)                                                                       \
             return SSM_OK;                                                                    \
-        SSM_TUNE_CPU_BODY_(m->services);                                                      \
+        SSM_TUNE_CPU_BODY_(m->base.services);                                                \
     }
 
 /* Declares the mode's <mode>_cuda_tune_* functions (defined in its .cu by

@@ -1,4 +1,5 @@
-/* The compact mode's table, life cycle and slot transfers. */
+/* The compact mode's table and life cycle; its methods are the CPU's
+ * (compact_step.c) or the GPU's (compact_cuda.cu), chosen at create. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,11 +9,18 @@
 #include "plugins/common/device_check.h"
 #include "plugins/common/conv_buffer.h"
 #include "plugins/common/cpu_steps.h"
+#include "plugins/common/mode.h"
 #include "kernels/layout.h"
 #include "kernels/record.h"
 #include "plugins/compact/compact.h"
 
 #define COMPACT_MODE_VERSION 1
+
+#ifdef HAVE_CUDA
+#define COMPACT_GPU_OPS (&compact_cuda_ops)
+#else
+#define COMPACT_GPU_OPS NULL
+#endif
 
 static ssm_status compact_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
                                        int32_t *bad_option)
@@ -65,7 +73,7 @@ static void compact_destroy(void *instance)
     compact_mode *c = instance;
     if (!c)
         return;
-    const ssm_services_v1 *s = c->services;
+    const ssm_services_v1 *s = c->base.services;
 #ifdef HAVE_CUDA
     compact_cuda_destroy(c);
 #endif
@@ -83,10 +91,7 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
     compact_mode *c = s->alloc_host(s->core, sizeof *c);
     if (!c)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    c->params = *p;
-    c->params.options = NULL;
-    c->params.options_count = 0;
-    c->services = s;
+    ssm_mode_base_init(&c->base, p, s, &compact_cpu_ops, COMPACT_GPU_OPS);
     c->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
     c->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
     c->record_bytes = record_bytes_of(p);
@@ -114,90 +119,6 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
     return SSM_OK;
 }
 
-static ssm_status compact_reset_slot(void *instance, int32_t slot, void *stream)
-{
-    compact_mode *c = instance;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_reset(c, slot, stream);
-#endif
-    int32_t layers = c->params.model.layers;
-    memset(compact_state(c, slot, 0), 0, (size_t)layers * c->state_bytes);
-    memset(compact_conv(c, slot, 0), 0, (size_t)layers * c->conv_bytes);
-    memset(compact_record(c, slot, 0, 0), 0,
-           (size_t)layers * c->params.max_tokens * c->record_bytes);
-    return SSM_OK;
-}
-
-static ssm_status compact_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
-                                      void *stream)
-{
-    compact_mode *c = instance;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_export(c, slot, dst, stream);
-#endif
-    ssm_cpu_target target = compact_cpu_target(c);
-    ssm_cpu_export_canonical(&c->params, &target, slot, dst);
-    return SSM_OK;
-}
-
-static ssm_status compact_import_slot(void *instance, int32_t slot, const ssm_canonical_v1 *src,
-                                      void *stream)
-{
-    compact_mode *c = instance;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_import(c, slot, src, stream);
-#endif
-    compact_reset_slot(c, slot, stream);
-    ssm_cpu_target target = compact_cpu_target(c);
-    ssm_cpu_import_canonical(&c->params, &target, slot, src);
-    return SSM_OK;
-}
-
-static ssm_status compact_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
-{
-    compact_mode *c = instance;
-    if (src == dst)
-        return SSM_OK;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_copy(c, src, dst, stream);
-#endif
-    compact_reset_slot(c, dst, stream);
-    ssm_cpu_target target = compact_cpu_target(c);
-    ssm_cpu_copy_canonical(&c->params, &target, src, dst);
-    return SSM_OK;
-}
-
-/* Pages in device memory: the GPU path only (the core asks only CUDA
- * contexts). */
-static ssm_status compact_export_slots(void *instance, int32_t count, const int32_t *slots,
-                                      const ssm_page_view_v1 *views, void *stream)
-{
-    compact_mode *c = instance;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_export_slots(c, count, slots, views, stream);
-#endif
-    return c->services->error(c->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
-}
-
-static ssm_status compact_import_slots(void *instance, int32_t count, const int32_t *slots,
-                                      const ssm_page_view_v1 *views, const uint32_t *refused,
-                                      void *stream)
-{
-    compact_mode *c = instance;
-#ifdef HAVE_CUDA
-    if (compact_on_gpu(c))
-        return compact_cuda_import_slots(c, count, slots, views, refused, stream);
-#endif
-    return c->services->error(c->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
-}
-
 /* Tuning (docs/tuning.md): GPU contexts only. */
 SSM_TUNE_ENTRIES(compact, compact_mode)
 
@@ -213,16 +134,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .plan = compact_plan,
     .create = compact_create,
     .destroy = compact_destroy,
-    .reset_slot = compact_reset_slot,
-    .prefill = compact_prefill,
-    .decode = compact_decode,
-    .verify = compact_verify,
-    .commit = compact_commit,
-    .export_slot = compact_export_slot,
-    .import_slot = compact_import_slot,
-    .copy_slot = compact_copy_slot,
-    .materialize = NULL,
-    .export_slots = compact_export_slots,
-    .import_slots = compact_import_slots,
+    SSM_MODE_METHODS,
     SSM_TUNE_TABLE(compact),
 };

@@ -6,13 +6,12 @@
 #ifndef SSM_COMPACT_H
 #define SSM_COMPACT_H
 
-#include "plugins/common/cpu_steps.h"
+#include "plugins/common/mode.h"
 #include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct compact_mode {
-    ssm_mode_params_v1 params;  /* options pointer cleared: not kept */
-    const ssm_services_v1 *services;
+    ssm_mode_base base;         /* params, services, this device's methods */
     size_t state_bytes;         /* one layer's [HV][V][K] in the state dtype */
     size_t conv_bytes;          /* one layer's conv buffer (window + tail) */
     size_t record_bytes;        /* one token record */
@@ -26,7 +25,7 @@ typedef struct compact_mode {
 
 static inline size_t compact_index(const compact_mode *c, int32_t slot, int32_t layer)
 {
-    return (size_t)slot * c->params.model.layers + layer;
+    return (size_t)slot * c->base.params.model.layers + layer;
 }
 
 static inline uint8_t *compact_state(const compact_mode *c, int32_t slot, int32_t layer)
@@ -42,15 +41,18 @@ static inline uint8_t *compact_conv(const compact_mode *c, int32_t slot, int32_t
 static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32_t layer,
                                       int32_t token)
 {
-    size_t per_layer = (size_t)c->params.max_tokens * c->record_bytes;
+    size_t per_layer = (size_t)c->base.params.max_tokens * c->record_bytes;
     return c->records + compact_index(c, slot, layer) * per_layer + (size_t)token * c->record_bytes;
 }
 
-/* Where the shared CPU drivers find a slot's conv buffer and state. */
-ssm_cpu_target compact_cpu_target(compact_mode *c);
+/* The methods on the CPU (compact_step.c) and, in a CUDA build, on the GPU
+ * (compact_cuda.cu; plugins/common/device_check.h says which configs it
+ * takes). */
+extern const ssm_mode_ops compact_cpu_ops;
+extern const ssm_mode_ops compact_cuda_ops;
 
-/* The GPU path (compact_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (plugins/common/device_check.h says which configs it takes). */
+/* The GPU path's life cycle and the functions compact_cuda_ops holds, with
+ * the contracts of the plugin methods of the same names. */
 size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status compact_cuda_create(compact_mode *c);
@@ -77,12 +79,7 @@ SSM_TUNE_CUDA_DECLS(compact, compact_mode);
 
 static inline int compact_on_gpu(const compact_mode *c)
 {
-    return c->params.device.type == SSM_DEVICE_CUDA;
+    return ssm_mode_on_gpu(&c->base);
 }
-
-ssm_status compact_prefill(void *instance, const ssm_step_v1 *step);
-ssm_status compact_decode(void *instance, const ssm_step_v1 *step);
-ssm_status compact_verify(void *instance, const ssm_step_v1 *step);
-ssm_status compact_commit(void *instance, const ssm_commit_v1 *commit);
 
 #endif

@@ -31,11 +31,11 @@ extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
 
 extern "C" ssm_status compact_cuda_create(compact_mode *c)
 {
-    const ssm_services_v1 *s = c->services;
+    const ssm_services_v1 *s = c->base.services;
     c->gpu = (compact_gpu *)s->alloc_host(s->core, sizeof(compact_gpu));
     if (!c->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    ssm_status st = gpu_common_create(G(c), &c->params, s);
+    ssm_status st = gpu_common_create(G(c), &c->base.params, s);
     gpu_tune_init(c->gpu->tune, G(c), tune_profile{false, true});
     return st;
 }
@@ -45,8 +45,8 @@ extern "C" void compact_cuda_destroy(compact_mode *c)
     if (!c->gpu)
         return;
     gpu_tune_end(c->gpu->tune);
-    gpu_common_destroy(G(c), c->services);
-    c->services->release_host(c->services->core, c->gpu);
+    gpu_common_destroy(G(c), c->base.services);
+    c->base.services->release_host(c->base.services->core, c->gpu);
     c->gpu = NULL;
 }
 
@@ -62,7 +62,7 @@ static void point_at_records(compact_mode *c, const gpu_common &g, uint8_t *&bas
 /* Prefill and decode: the state in place, the window advanced. */
 static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
 {
-    return launch_in_place(G(c), step, c->conv, c->states, 1, NULL, c->services);
+    return launch_in_place(G(c), step, c->conv, c->states, 1, NULL, c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step)
@@ -86,16 +86,16 @@ extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *st
         step_inputs in = step_inputs_for(g, step, c->conv, true);
         point_at_records(c, g, in.records, in.slot_stride, in.layer_stride);
         in.layout = g.raw;
-        return launch_step(g, ta, in, step->stream, c->services);
+        return launch_step(g, ta, in, step->stream, c->base.services);
     }
     prep_args pa = prep_for(g, step, c->conv, true);
     point_at_records(c, g, pa.records, pa.slot_stride, pa.layer_stride);
-    ssm_status st = launch_prep(g, pa, step->stream, c->services);
+    ssm_status st = launch_prep(g, pa, step->stream, c->base.services);
     uint8_t *records;
     point_at_records(c, g, records, ta.tok_slot_stride, ta.tok_layer_stride);
     ta.tok = records;
     ta.after_prep = true;
-    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->services);
+    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *commit)
@@ -114,54 +114,54 @@ extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *
     ta.layout = commit_layout(commit);
     ta.conv = c->conv; /* the windows move in the same launch */
     ta.conv_rows = g.conv_rows;
-    return launch_tile(g, ta, commit->stream, c->services);
+    return launch_tile(g, ta, commit->stream, c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream)
 {
-    int32_t layers = c->params.model.layers;
+    int32_t layers = c->base.params.model.layers;
     ssm_status st = gpu_zero(compact_state(c, slot, 0), (size_t)layers * c->state_bytes, stream,
-                             c->services);
+                             c->base.services);
     if (st == SSM_OK)
         st = gpu_zero(compact_conv(c, slot, 0), (size_t)layers * c->conv_bytes, stream,
-                      c->services);
-    return st != SSM_OK ? st : gpu_reset_arrivals(G(c), slot, stream, c->services);
+                      c->base.services);
+    return st != SSM_OK ? st : gpu_reset_arrivals(G(c), slot, stream, c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_export(compact_mode *c, int32_t slot,
                                           const ssm_canonical_v1 *dst, void *stream)
 {
     ssm_status st = SSM_OK;
-    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++)
+    for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(dst->state[l], compact_state(c, slot, l), c->state_bytes, stream,
-                      c->services);
+                      c->base.services);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(c), c->conv, slot, dst->conv, NULL, stream,
-                                           c->services);
+                                           c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_import(compact_mode *c, int32_t slot,
                                           const ssm_canonical_v1 *src, void *stream)
 {
     ssm_status st = compact_cuda_reset(c, slot, stream);
-    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++)
+    for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(compact_state(c, slot, l), src->state[l], c->state_bytes, stream,
-                      c->services);
+                      c->base.services);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(c), c->conv, slot, NULL, src->conv, stream,
-                                           c->services);
+                                           c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream)
 {
     ssm_status st = compact_cuda_reset(c, dst, stream);
-    size_t window = (size_t)(c->params.model.conv_width - 1) * G(c).d.D * G(c).act_size;
-    for (int32_t l = 0; l < c->params.model.layers && st == SSM_OK; l++) {
+    size_t window = (size_t)(c->base.params.model.conv_width - 1) * G(c).d.D * G(c).act_size;
+    for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++) {
         st = gpu_copy(compact_state(c, dst, l), compact_state(c, src, l), c->state_bytes, stream,
-                      c->services);
+                      c->base.services);
         if (st == SSM_OK && window > 0)
             st = gpu_copy(compact_conv(c, dst, l), compact_conv(c, src, l), window, stream,
-                          c->services);
+                          c->base.services);
     }
     return st;
 }
@@ -189,7 +189,7 @@ extern "C" ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count,
                                                 const ssm_page_view_v1 *views, void *stream)
 {
     return launch_page_moves<false>(page_store(c), count, slots, views, NULL, stream,
-                                    c->services);
+                                    c->base.services);
 }
 
 extern "C" ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count,
@@ -198,9 +198,45 @@ extern "C" ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count,
                                                 const uint32_t *refused, void *stream)
 {
     return launch_page_moves<true>(page_store(c), count, slots, views, refused, stream,
-                                   c->services);
+                                   c->base.services);
 }
 
 /* ---------------------------------------------------------------- tuning */
 
 SSM_TUNE_CUDA_ENTRIES(compact, compact_mode)
+
+/* ------------------------------------------------------------- the table */
+
+/* The GPU methods in ssm_mode_ops' order (no materialize: nothing is ever
+ * pending; no conv_of / state_of: those are the CPU drivers'). */
+extern "C" const ssm_mode_ops compact_cuda_ops = {
+    [](void *c, const ssm_step_v1 *step) { return compact_cuda_prefill((compact_mode *)c, step); },
+    [](void *c, const ssm_step_v1 *step) { return compact_cuda_decode((compact_mode *)c, step); },
+    [](void *c, const ssm_step_v1 *step) { return compact_cuda_verify((compact_mode *)c, step); },
+    [](void *c, const ssm_commit_v1 *commit) {
+        return compact_cuda_commit((compact_mode *)c, commit);
+    },
+    [](void *c, int32_t slot, void *stream) {
+        return compact_cuda_reset((compact_mode *)c, slot, stream);
+    },
+    [](void *c, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
+        return compact_cuda_export((compact_mode *)c, slot, dst, stream);
+    },
+    [](void *c, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
+        return compact_cuda_import((compact_mode *)c, slot, src, stream);
+    },
+    [](void *c, int32_t src, int32_t dst, void *stream) {
+        return compact_cuda_copy((compact_mode *)c, src, dst, stream);
+    },
+    nullptr, /* materialize */
+    [](void *c, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       void *stream) {
+        return compact_cuda_export_slots((compact_mode *)c, count, slots, views, stream);
+    },
+    [](void *c, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       const uint32_t *refused, void *stream) {
+        return compact_cuda_import_slots((compact_mode *)c, count, slots, views, refused, stream);
+    },
+    nullptr, /* conv_of */
+    nullptr, /* state_of */
+};

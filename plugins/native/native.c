@@ -1,4 +1,5 @@
-/* The native mode's table, life cycle and slot transfers. */
+/* The native mode's table and life cycle; its methods are the CPU's
+ * (native_step.c) or the GPU's (native_cuda.cu), chosen at create. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,10 +10,17 @@
 
 #include "plugins/common/conv_buffer.h"
 #include "plugins/common/cpu_steps.h"
+#include "plugins/common/mode.h"
 #include "kernels/reference.h"
 #include "plugins/native/native.h"
 
 #define NATIVE_MODE_VERSION 1
+
+#ifdef HAVE_CUDA
+#define NATIVE_GPU_OPS (&native_cuda_ops)
+#else
+#define NATIVE_GPU_OPS NULL
+#endif
 
 static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
                                       int32_t *bad_option)
@@ -51,7 +59,7 @@ static void native_destroy(void *instance)
     native_mode *n = instance;
     if (!n)
         return;
-    const ssm_services_v1 *s = n->services;
+    const ssm_services_v1 *s = n->base.services;
 #ifdef HAVE_CUDA
     native_cuda_destroy(n);
 #endif
@@ -71,10 +79,7 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
     native_mode *n = s->alloc_host(s->core, sizeof *n);
     if (!n)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    n->params = *p;
-    n->params.options = NULL;
-    n->params.options_count = 0;
-    n->services = s;
+    ssm_mode_base_init(&n->base, p, s, &native_cpu_ops, NATIVE_GPU_OPS);
     n->snapshots = p->max_tokens;
     n->state_bytes = (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
     n->conv_row_bytes = (size_t)ssm_conv_channels(&p->model) * ssm_dtype_size(p->activation_dtype);
@@ -90,7 +95,7 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
         ssm_status st = s->error(s->core, SSM_ERR_OUT_OF_MEMORY,
                                  "out of memory for %d slots of %zu bytes", p->capacity,
                                  (size_t)p->model.layers * (n->snapshots * n->state_bytes +
-                                                            conv_bytes_per_layer(&n->params)));
+                                                            conv_bytes_per_layer(&n->base.params)));
         native_destroy(n);
         return st;
     }
@@ -105,90 +110,6 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
 #endif
     *instance = n;
     return SSM_OK;
-}
-
-static ssm_status native_reset_slot(void *instance, int32_t slot, void *stream)
-{
-    native_mode *n = instance;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_reset(n, slot, stream);
-#endif
-    int32_t layers = n->params.model.layers;
-    memset(native_state(n, slot, 0, 0), 0, (size_t)layers * n->snapshots * n->state_bytes);
-    memset(native_conv(n, slot, 0), 0, (size_t)layers * n->conv_rows * n->conv_row_bytes);
-    n->current[slot] = 0;
-    return SSM_OK;
-}
-
-static ssm_status native_export_slot(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
-                                     void *stream)
-{
-    native_mode *n = instance;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_export(n, slot, dst, stream);
-#endif
-    ssm_cpu_target target = native_cpu_target(n);
-    ssm_cpu_export_canonical(&n->params, &target, slot, dst);
-    return SSM_OK;
-}
-
-/* A reset first: the imported state becomes snapshot 0, the current one. */
-static ssm_status native_import_slot(void *instance, int32_t slot, const ssm_canonical_v1 *src,
-                                     void *stream)
-{
-    native_mode *n = instance;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_import(n, slot, src, stream);
-#endif
-    native_reset_slot(n, slot, stream);
-    ssm_cpu_target target = native_cpu_target(n);
-    ssm_cpu_import_canonical(&n->params, &target, slot, src);
-    return SSM_OK;
-}
-
-static ssm_status native_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
-{
-    native_mode *n = instance;
-    if (src == dst)
-        return SSM_OK;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_copy(n, src, dst, stream);
-#endif
-    native_reset_slot(n, dst, stream);
-    ssm_cpu_target target = native_cpu_target(n);
-    ssm_cpu_copy_canonical(&n->params, &target, src, dst);
-    return SSM_OK;
-}
-
-/* Pages in device memory: the GPU path only (the core asks only CUDA
- * contexts). */
-static ssm_status native_export_slots(void *instance, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, void *stream)
-{
-    native_mode *n = instance;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_export_slots(n, count, slots, views, stream);
-#endif
-    return n->services->error(n->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
-}
-
-static ssm_status native_import_slots(void *instance, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, const uint32_t *refused,
-                                     void *stream)
-{
-    native_mode *n = instance;
-#ifdef HAVE_CUDA
-    if (native_on_gpu(n))
-        return native_cuda_import_slots(n, count, slots, views, refused, stream);
-#endif
-    return n->services->error(n->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
 }
 
 /* Tuning (docs/tuning.md): GPU contexts only. */
@@ -206,16 +127,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .plan = native_plan,
     .create = native_create,
     .destroy = native_destroy,
-    .reset_slot = native_reset_slot,
-    .prefill = native_prefill,
-    .decode = native_decode,
-    .verify = native_verify,
-    .commit = native_commit,
-    .export_slot = native_export_slot,
-    .import_slot = native_import_slot,
-    .copy_slot = native_copy_slot,
-    .materialize = NULL,
-    .export_slots = native_export_slots,
-    .import_slots = native_import_slots,
+    SSM_MODE_METHODS,
     SSM_TUNE_TABLE(native),
 };

@@ -9,13 +9,12 @@
 #ifndef SSM_NATIVE_H
 #define SSM_NATIVE_H
 
-#include "plugins/common/cpu_steps.h"
+#include "plugins/common/mode.h"
 #include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
 
 typedef struct native_mode {
-    ssm_mode_params_v1 params;     /* options pointer cleared: not kept */
-    const ssm_services_v1 *services;
+    ssm_mode_base base;            /* params, services, this device's methods */
     int32_t snapshots;             /* 1 + max draft */
     size_t state_bytes;            /* one layer's [HV][V][K] in the state dtype */
     size_t conv_row_bytes;         /* one conv input row [D] in the activation dtype */
@@ -30,21 +29,24 @@ typedef struct native_mode {
 static inline uint8_t *native_state(const native_mode *n, int32_t slot, int32_t layer,
                                     int32_t snapshot)
 {
-    size_t index = ((size_t)slot * n->params.model.layers + layer) * n->snapshots + snapshot;
+    size_t index = ((size_t)slot * n->base.params.model.layers + layer) * n->snapshots + snapshot;
     return n->states + index * n->state_bytes;
 }
 
 static inline uint8_t *native_conv(const native_mode *n, int32_t slot, int32_t layer)
 {
-    size_t index = (size_t)slot * n->params.model.layers + layer;
+    size_t index = (size_t)slot * n->base.params.model.layers + layer;
     return n->conv + index * n->conv_rows * n->conv_row_bytes;
 }
 
-/* Where the shared CPU drivers find a slot's conv buffer and current state. */
-ssm_cpu_target native_cpu_target(native_mode *n);
+/* The methods on the CPU (native_step.c) and, in a CUDA build, on the GPU
+ * (native_cuda.cu; plugins/common/device_check.h says which configs it
+ * takes). */
+extern const ssm_mode_ops native_cpu_ops;
+extern const ssm_mode_ops native_cuda_ops;
 
-/* The GPU path (native_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (plugins/common/device_check.h says which configs it takes). */
+/* The GPU path's life cycle and the functions native_cuda_ops holds, with
+ * the contracts of the plugin methods of the same names. */
 size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 ssm_status native_cuda_create(native_mode *n);
 void native_cuda_destroy(native_mode *n);
@@ -70,13 +72,7 @@ SSM_TUNE_CUDA_DECLS(native, native_mode);
 
 static inline int native_on_gpu(const native_mode *n)
 {
-    return n->params.device.type == SSM_DEVICE_CUDA;
+    return ssm_mode_on_gpu(&n->base);
 }
-
-/* The step methods (native_step.c). */
-ssm_status native_prefill(void *instance, const ssm_step_v1 *step);
-ssm_status native_decode(void *instance, const ssm_step_v1 *step);
-ssm_status native_verify(void *instance, const ssm_step_v1 *step);
-ssm_status native_commit(void *instance, const ssm_commit_v1 *commit);
 
 #endif

@@ -25,11 +25,11 @@ extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
 
 extern "C" ssm_status native_cuda_create(native_mode *n)
 {
-    const ssm_services_v1 *s = n->services;
+    const ssm_services_v1 *s = n->base.services;
     n->gpu = (native_gpu *)s->alloc_host(s->core, sizeof(native_gpu));
     if (!n->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    ssm_status st = gpu_common_create(G(n), &n->params, s);
+    ssm_status st = gpu_common_create(G(n), &n->base.params, s);
     gpu_tune_init(n->gpu->tune, G(n), tune_profile{true, false});
     return st;
 }
@@ -39,15 +39,15 @@ extern "C" void native_cuda_destroy(native_mode *n)
     if (!n->gpu)
         return;
     gpu_tune_end(n->gpu->tune);
-    gpu_common_destroy(G(n), n->services);
-    n->services->release_host(n->services->core, n->gpu);
+    gpu_common_destroy(G(n), n->base.services);
+    n->base.services->release_host(n->base.services->core, n->gpu);
     n->gpu = NULL;
 }
 
 /* Prefill and decode: the current snapshot in place, the window advanced. */
 static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
 {
-    return launch_in_place(G(n), step, n->conv, n->states, n->snapshots, n->current, n->services);
+    return launch_in_place(G(n), step, n->conv, n->states, n->snapshots, n->current, n->base.services);
 }
 
 extern "C" ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step)
@@ -70,10 +70,10 @@ extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step
     ta.layout = step_layout(step); /* the forward's (ssm_ticket.layout) */
     if (step_in_one_launch(g, step))
         return launch_step(g, ta, step_inputs_for(g, step, n->conv, true), step->stream,
-                           n->services);
-    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->services);
+                           n->base.services);
+    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->base.services);
     ta.after_prep = true;
-    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->services);
+    return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->base.services);
 }
 
 extern "C" ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *c)
@@ -81,7 +81,7 @@ extern "C" ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *c)
     gpu_common &g = G(n);
     commit_args a = commit_for(g, c->rows, c->tokens, c->slots, c->accepted, n->conv);
     a.current = n->current;
-    return launch_commit(g, a, 0, g.layers, c->stream, n->services);
+    return launch_commit(g, a, 0, g.layers, c->stream, n->base.services);
 }
 
 extern "C" ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stream)
@@ -89,7 +89,7 @@ extern "C" ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stre
     gpu_common &g = G(n);
     size_t state = (size_t)g.state_elems * g.state_size;
     size_t conv = (size_t)g.conv_rows * g.d.D * g.act_size;
-    const ssm_services_v1 *s = n->services;
+    const ssm_services_v1 *s = n->base.services;
     ssm_status st = gpu_zero((uint8_t *)n->states + (size_t)slot * g.layers * n->snapshots * state,
                              (size_t)g.layers * n->snapshots * state, stream, s);
     if (st == SSM_OK)
@@ -110,7 +110,7 @@ static ssm_status copy_current(native_mode *n, int32_t src, void *const *dst, vo
         ta.current = n->current;
         ta.store = STORE_DST;
         ta.dst = dst[l];
-        ssm_status st = launch_tile(g, ta, stream, n->services);
+        ssm_status st = launch_tile(g, ta, stream, n->base.services);
         if (st != SSM_OK)
             return st;
     }
@@ -123,7 +123,7 @@ extern "C" ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm
     ssm_status st = copy_current(n, slot, dst->state, stream);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(n), n->conv, slot, dst->conv, NULL, stream,
-                                           n->services);
+                                           n->base.services);
 }
 
 /* After a reset, snapshot 0 is current. */
@@ -134,9 +134,9 @@ extern "C" ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm
     ssm_status st = native_cuda_reset(n, slot, stream);
     size_t state = (size_t)g.state_elems * g.state_size;
     for (int32_t l = 0; l < g.layers && st == SSM_OK; l++)
-        st = gpu_copy(native_state(n, slot, l, 0), src->state[l], state, stream, n->services);
+        st = gpu_copy(native_state(n, slot, l, 0), src->state[l], state, stream, n->base.services);
     return st != SSM_OK ? st
-                        : gpu_copy_windows(g, n->conv, slot, NULL, src->conv, stream, n->services);
+                        : gpu_copy_windows(g, n->conv, slot, NULL, src->conv, stream, n->base.services);
 }
 
 /* dst is reset first, so its current snapshot is 0. */
@@ -150,10 +150,10 @@ extern "C" ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst,
         ta.current = n->current;
         ta.store = STORE_DST;
         ta.dst = native_state(n, dst, l, 0);
-        st = launch_tile(g, ta, stream, n->services);
+        st = launch_tile(g, ta, stream, n->base.services);
         if (st == SSM_OK && window > 0)
             st = gpu_copy(native_conv(n, dst, l), native_conv(n, src, l), window, stream,
-                          n->services);
+                          n->base.services);
     }
     return st;
 }
@@ -185,7 +185,7 @@ extern "C" ssm_status native_cuda_export_slots(native_mode *n, int32_t count,
                                                const ssm_page_view_v1 *views, void *stream)
 {
     return launch_page_moves<false>(page_store(n), count, slots, views, NULL, stream,
-                                    n->services);
+                                    n->base.services);
 }
 
 extern "C" ssm_status native_cuda_import_slots(native_mode *n, int32_t count,
@@ -194,9 +194,43 @@ extern "C" ssm_status native_cuda_import_slots(native_mode *n, int32_t count,
                                                const uint32_t *refused, void *stream)
 {
     return launch_page_moves<true>(page_store(n), count, slots, views, refused, stream,
-                                   n->services);
+                                   n->base.services);
 }
 
 /* ---------------------------------------------------------------- tuning */
 
 SSM_TUNE_CUDA_ENTRIES(native, native_mode)
+
+/* ------------------------------------------------------------- the table */
+
+/* The GPU methods in ssm_mode_ops' order (no materialize: nothing is ever
+ * pending; no conv_of / state_of: those are the CPU drivers'). */
+extern "C" const ssm_mode_ops native_cuda_ops = {
+    [](void *n, const ssm_step_v1 *step) { return native_cuda_prefill((native_mode *)n, step); },
+    [](void *n, const ssm_step_v1 *step) { return native_cuda_decode((native_mode *)n, step); },
+    [](void *n, const ssm_step_v1 *step) { return native_cuda_verify((native_mode *)n, step); },
+    [](void *n, const ssm_commit_v1 *c) { return native_cuda_commit((native_mode *)n, c); },
+    [](void *n, int32_t slot, void *stream) {
+        return native_cuda_reset((native_mode *)n, slot, stream);
+    },
+    [](void *n, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
+        return native_cuda_export((native_mode *)n, slot, dst, stream);
+    },
+    [](void *n, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
+        return native_cuda_import((native_mode *)n, slot, src, stream);
+    },
+    [](void *n, int32_t src, int32_t dst, void *stream) {
+        return native_cuda_copy((native_mode *)n, src, dst, stream);
+    },
+    nullptr, /* materialize */
+    [](void *n, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       void *stream) {
+        return native_cuda_export_slots((native_mode *)n, count, slots, views, stream);
+    },
+    [](void *n, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       const uint32_t *refused, void *stream) {
+        return native_cuda_import_slots((native_mode *)n, count, slots, views, refused, stream);
+    },
+    nullptr, /* conv_of */
+    nullptr, /* state_of */
+};

@@ -1,4 +1,6 @@
-/* The replay mode's table, options, plan, life cycle and slot transfers. */
+/* The replay mode's table, options, plan and life cycle, and its CPU
+ * transfers; its methods are the CPU's (replay_cpu_ops) or the GPU's
+ * (replay_cuda.cu), chosen at create. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +15,12 @@
 #include "plugins/replay/replay.h"
 
 #define REPLAY_MODE_VERSION 1
+
+#ifdef HAVE_CUDA
+#define REPLAY_GPU_OPS (&replay_cuda_ops)
+#else
+#define REPLAY_GPU_OPS NULL
+#endif
 /* L when [replay] does not set it: at T = 4 a fold every 9 to 12 tokens. */
 #define REPLAY_DEFAULT_HISTORY 16
 /* Past this the history outweighs the state it saves at any real shape
@@ -264,7 +272,7 @@ static void replay_destroy(void *instance)
     replay_mode *r = instance;
     if (!r)
         return;
-    const ssm_services_v1 *s = r->services;
+    const ssm_services_v1 *s = r->base.services;
 #ifdef HAVE_CUDA
     replay_cuda_destroy(r);
 #endif
@@ -280,14 +288,14 @@ static void replay_destroy(void *instance)
 /* Points the host working memory into r->scratch and binds the tokens. */
 static void bind_host(replay_mode *r)
 {
-    host_layout h = host_layout_of(&r->params, &r->options);
-    int64_t token_floats = ssm_ref_token_floats(&r->params.model);
+    host_layout h = host_layout_of(&r->base.params, &r->options);
+    int64_t token_floats = ssm_ref_token_floats(&r->base.params.model);
     r->conv_out = r->scratch + h.conv_out;
     r->keys = r->scratch + h.keys;
     r->outputs_scratch = r->scratch + h.outputs;
     r->work = (uint8_t *)(r->scratch + h.work);
-    for (int32_t t = 0; t < r->params.max_tokens; t++)
-        ssm_ref_token_bind(&r->params.model, r->scratch + h.tokens + t * token_floats,
+    for (int32_t t = 0; t < r->base.params.max_tokens; t++)
+        ssm_ref_token_bind(&r->base.params.model, r->scratch + h.tokens + t * token_floats,
                            &r->tokens[t]);
 }
 
@@ -297,10 +305,7 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
     replay_mode *r = s->alloc_host(s->core, sizeof *r);
     if (!r)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    r->params = *p;
-    r->params.options = NULL;
-    r->params.options_count = 0;
-    r->services = s;
+    ssm_mode_base_init(&r->base, p, s, &replay_cpu_ops, REPLAY_GPU_OPS);
     r->options = options_of(p);
     r->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
     r->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
@@ -339,16 +344,12 @@ static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_
 static ssm_status replay_reset_slot(void *instance, int32_t slot, void *stream)
 {
     replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_reset(r, slot, stream);
-#endif
-    size_t layers = (size_t)r->params.model.layers;
+    size_t layers = (size_t)r->base.params.model.layers;
     memset(replay_checkpoint(r, slot, 0), 0, layers * r->state_bytes);
     memset(replay_conv(r, slot, 0), 0, layers * r->conv_bytes);
     /* Not needed for correctness (n = 0 hides them), but a reused slot keeps
      * nothing of the request before. */
-    memset(replay_records(r, slot, 0), 0, layers * records_bytes_per_layer(&r->params, &r->options));
+    memset(replay_records(r, slot, 0), 0, layers * records_bytes_per_layer(&r->base.params, &r->options));
     memset(replay_cursor(r, slot, 0), 0, layers * sizeof(int32_t));
     return SSM_OK;
 }
@@ -361,13 +362,9 @@ static ssm_status replay_export_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_export(r, slot, dst, stream);
-#endif
     ssm_cpu_target target = replay_cpu_target(r);
-    ssm_cpu_export_canonical(&r->params, &target, slot, dst);
-    for (int32_t l = 0; l < r->params.model.layers; l++)
+    ssm_cpu_export_canonical(&r->base.params, &target, slot, dst);
+    for (int32_t l = 0; l < r->base.params.model.layers; l++)
         replay_apply_committed(r, slot, l, dst->state[l]);
     return SSM_OK;
 }
@@ -376,13 +373,9 @@ static ssm_status replay_import_slot(void *instance, int32_t slot, const ssm_can
                                      void *stream)
 {
     replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_import(r, slot, src, stream);
-#endif
     replay_reset_slot(r, slot, stream);
     ssm_cpu_target target = replay_cpu_target(r);
-    ssm_cpu_import_canonical(&r->params, &target, slot, src);
+    ssm_cpu_import_canonical(&r->base.params, &target, slot, src);
     return SSM_OK;
 }
 
@@ -391,16 +384,10 @@ static ssm_status replay_import_slot(void *instance, int32_t slot, const ssm_can
 static ssm_status replay_copy_slot(void *instance, int32_t src, int32_t dst, void *stream)
 {
     replay_mode *r = instance;
-    if (src == dst)
-        return SSM_OK;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_copy(r, src, dst, stream);
-#endif
     replay_reset_slot(r, dst, stream);
     ssm_cpu_target target = replay_cpu_target(r);
-    ssm_cpu_copy_canonical(&r->params, &target, src, dst);
-    for (int32_t l = 0; l < r->params.model.layers; l++)
+    ssm_cpu_copy_canonical(&r->base.params, &target, src, dst);
+    for (int32_t l = 0; l < r->base.params.model.layers; l++)
         replay_apply_committed(r, src, l, replay_checkpoint(r, dst, l));
     return SSM_OK;
 }
@@ -409,43 +396,28 @@ static ssm_status replay_materialize(void *instance, const int32_t *slots, int32
                                      void *stream)
 {
     replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_materialize(r, slots, count, stream);
-#endif
     for (int32_t i = 0; i < count; i++)
         if (slots[i] >= 0)
-            for (int32_t l = 0; l < r->params.model.layers; l++)
+            for (int32_t l = 0; l < r->base.params.model.layers; l++)
                 replay_fold(r, slots[i], l);
     return SSM_OK;
 }
 
-/* Pages in device memory: the GPU path only (the core asks only CUDA
- * contexts). */
-static ssm_status replay_export_slots(void *instance, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, void *stream)
-{
-    replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_export_slots(r, count, slots, views, stream);
-#endif
-    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
-}
-
-static ssm_status replay_import_slots(void *instance, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, const uint32_t *refused,
-                                     void *stream)
-{
-    replay_mode *r = instance;
-#ifdef HAVE_CUDA
-    if (replay_on_gpu(r))
-        return replay_cuda_import_slots(r, count, slots, views, refused, stream);
-#endif
-    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
-                              "batched page moves need a CUDA context");
-}
+/* The CPU's methods: the steps of replay_step.c, and the transfers above,
+ * which fold the committed history into what they copy. */
+const ssm_mode_ops replay_cpu_ops = {
+    .prefill = replay_cpu_prefill,
+    .decode = replay_cpu_decode,
+    .verify = replay_cpu_verify,
+    .commit = replay_cpu_commit,
+    .reset_slot = replay_reset_slot,
+    .export_slot = replay_export_slot,
+    .import_slot = replay_import_slot,
+    .copy_slot = replay_copy_slot,
+    .materialize = replay_materialize,
+    .conv_of = replay_cpu_conv_of,
+    .state_of = replay_cpu_checkpoint_of,
+};
 
 /* Tuning (docs/tuning.md): GPU contexts only. */
 SSM_TUNE_ENTRIES(replay, replay_mode)
@@ -461,16 +433,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .plan = replay_plan,
     .create = replay_create,
     .destroy = replay_destroy,
-    .reset_slot = replay_reset_slot,
-    .prefill = replay_prefill,
-    .decode = replay_decode,
-    .verify = replay_verify,
-    .commit = replay_commit,
-    .export_slot = replay_export_slot,
-    .import_slot = replay_import_slot,
-    .copy_slot = replay_copy_slot,
-    .materialize = replay_materialize,
-    .export_slots = replay_export_slots,
-    .import_slots = replay_import_slots,
+    SSM_MODE_METHODS,
     SSM_TUNE_TABLE(replay),
 };

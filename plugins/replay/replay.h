@@ -16,6 +16,7 @@
 #define SSM_REPLAY_H
 
 #include "plugins/common/cpu_steps.h"
+#include "plugins/common/mode.h"
 #include "kernels/replay.h"
 #include "plugins/common/tune_entries.h"
 #include "ssmstate/plugin.h"
@@ -53,8 +54,7 @@ typedef struct replay_options {
 } replay_options;
 
 typedef struct replay_mode {
-    ssm_mode_params_v1 params;   /* options pointer cleared: not kept */
-    const ssm_services_v1 *services;
+    ssm_mode_base base;          /* params, services, this device's methods */
     replay_options options;
     size_t state_bytes;          /* one layer's [HV][V][K] in the state dtype */
     size_t conv_bytes;           /* one layer's conv buffer (window + tail) */
@@ -75,7 +75,7 @@ typedef struct replay_mode {
 
 static inline size_t replay_index(const replay_mode *r, int32_t slot, int32_t layer)
 {
-    return (size_t)slot * r->params.model.layers + layer;
+    return (size_t)slot * r->base.params.model.layers + layer;
 }
 
 static inline uint8_t *replay_checkpoint(const replay_mode *r, int32_t slot, int32_t layer)
@@ -110,10 +110,22 @@ void replay_apply_committed(replay_mode *r, int32_t slot, int32_t layer, void *s
 void replay_fold(replay_mode *r, int32_t slot, int32_t layer);
 
 /* Where the shared CPU drivers find a slot's conv buffer and checkpoint. */
+void *replay_cpu_conv_of(void *instance, int32_t slot, int32_t layer);
+void *replay_cpu_checkpoint_of(void *instance, int32_t slot, int32_t layer);
 ssm_cpu_target replay_cpu_target(replay_mode *r);
 
-/* The GPU path (replay_cuda.cu; built with CUDA). Same contracts as the
- * plugin methods (plugins/common/device_check.h says which configs it takes). */
+/* The methods on the CPU (replay_cpu_ops, in replay.c, with the steps of
+ * replay_step.c) and, in a CUDA build, on the GPU (replay_cuda.cu;
+ * plugins/common/device_check.h says which configs it takes). */
+extern const ssm_mode_ops replay_cpu_ops;
+extern const ssm_mode_ops replay_cuda_ops;
+ssm_status replay_cpu_prefill(void *instance, const ssm_step_v1 *step);
+ssm_status replay_cpu_decode(void *instance, const ssm_step_v1 *step);
+ssm_status replay_cpu_verify(void *instance, const ssm_step_v1 *step);
+ssm_status replay_cpu_commit(void *instance, const ssm_commit_v1 *commit);
+
+/* The GPU path's life cycle and the functions replay_cuda_ops holds, with
+ * the contracts of the plugin methods of the same names. */
 size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status replay_cuda_create(replay_mode *r);
@@ -142,13 +154,7 @@ SSM_TUNE_CUDA_DECLS(replay, replay_mode);
 
 static inline int replay_on_gpu(const replay_mode *r)
 {
-    return r->params.device.type == SSM_DEVICE_CUDA;
+    return ssm_mode_on_gpu(&r->base);
 }
-
-/* The step methods (replay_step.c). */
-ssm_status replay_prefill(void *instance, const ssm_step_v1 *step);
-ssm_status replay_decode(void *instance, const ssm_step_v1 *step);
-ssm_status replay_verify(void *instance, const ssm_step_v1 *step);
-ssm_status replay_commit(void *instance, const ssm_commit_v1 *commit);
 
 #endif

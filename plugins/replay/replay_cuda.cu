@@ -59,22 +59,22 @@ static ssm_status check_identity_fits(replay_mode *r)
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
             cudaSuccess)
-        return r->services->error(r->services->core, SSM_ERR_DEVICE,
+        return r->base.services->error(r->base.services->core, SSM_ERR_DEVICE,
                                   "cannot read the device's shared memory size");
-    const ssm_model_dims &m = r->params.model;
-    int32_t T = r->params.max_tokens;
+    const ssm_model_dims &m = r->base.params.model;
+    int32_t T = r->base.params.max_tokens;
     size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m));
     if (need <= (size_t)limit)
         return SSM_OK;
     if (!r->options.outputs_set) {
         r->options.outputs = REPLAY_OUTPUTS_EXACT;
-        r->services->log(r->services->core, 2,
+        r->base.services->log(r->base.services->core, 2,
                          "replay: outputs = exact: the default identity with history %d needs "
                          "%zu bytes of shared memory per block, cuda:%d has %d",
                          (int)r->options.history, need, device, limit);
         return SSM_OK;
     }
-    return r->services->error(r->services->core, SSM_ERR_UNSUPPORTED,
+    return r->base.services->error(r->base.services->core, SSM_ERR_UNSUPPORTED,
                               "outputs = identity with history %d needs %zu bytes of shared "
                               "memory per block; cuda:%d has %d: use a shorter history or "
                               "outputs = exact",
@@ -83,18 +83,18 @@ static ssm_status check_identity_fits(replay_mode *r)
 
 extern "C" ssm_status replay_cuda_create(replay_mode *r)
 {
-    const ssm_services_v1 *s = r->services;
+    const ssm_services_v1 *s = r->base.services;
     r->gpu = (replay_gpu *)s->alloc_host(s->core, sizeof(replay_gpu));
     if (!r->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
-    ssm_status st = gpu_common_create(G(r), &r->params, s);
+    ssm_status st = gpu_common_create(G(r), &r->base.params, s);
     /* Replay's verify is timed as an output-only job of the same kernel
      * variants; its identity kernel is not tuned (docs/tuning.md). */
     gpu_tune_init(r->gpu->tune, G(r), tune_profile{false, false});
     if (st != SSM_OK)
         return st;
-    r->gpu->ring = make_record_layout(r->params.model, G(r).act_size, true);
-    size_t cells = (size_t)r->params.capacity * r->params.model.layers;
+    r->gpu->ring = make_record_layout(r->base.params.model, G(r).act_size, true);
+    size_t cells = (size_t)r->base.params.capacity * r->base.params.model.layers;
     r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
     r->gpu->fold_taken = (int32_t *)s->alloc(s->core, 2 * cells * sizeof(int32_t));
     if (!r->gpu->ring_start || !r->gpu->fold_taken)
@@ -107,10 +107,10 @@ extern "C" void replay_cuda_destroy(replay_mode *r)
     if (!r->gpu)
         return;
     gpu_tune_end(r->gpu->tune);
-    gpu_common_destroy(G(r), r->services);
-    r->services->release(r->services->core, r->gpu->ring_start);
-    r->services->release(r->services->core, r->gpu->fold_taken);
-    r->services->release_host(r->services->core, r->gpu);
+    gpu_common_destroy(G(r), r->base.services);
+    r->base.services->release(r->base.services->core, r->gpu->ring_start);
+    r->base.services->release(r->base.services->core, r->gpu->fold_taken);
+    r->base.services->release_host(r->base.services->core, r->gpu);
     r->gpu = NULL;
 }
 
@@ -137,12 +137,12 @@ static ssm_status fold_rows(replay_mode *r, int32_t rows, const int32_t *slots, 
     tile_args a = ring_tile(r, rows, slots, -1);
     a.history_mode = HISTORY_ALL;
     a.store = STORE_FINAL;
-    ssm_status st = launch_tile(g, a, stream, r->services);
+    ssm_status st = launch_tile(g, a, stream, r->base.services);
     if (st != SSM_OK || rows == 0)
         return st;
     ring_clear_kernel<<<dim3(1, rows, g.layers), 32, 0, (cudaStream_t)stream>>>(
         slots, g.capacity, g.layers, 0, r->cursors);
-    return launch_status(r->services, "ring clear kernel");
+    return launch_status(r->base.services, "ring clear kernel");
 }
 
 /* Prefill: the rows' histories folded, then every mode's in-place prefill
@@ -151,20 +151,20 @@ extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *ste
 {
     gpu_common &g = G(r);
     if (step->rows > 65535) /* before the fold, so a refused call changes nothing */
-        return r->services->error(r->services->core, SSM_ERR_INVALID_ARGUMENT,
+        return r->base.services->error(r->base.services->core, SSM_ERR_INVALID_ARGUMENT,
                                   "a batch of %d rows: the CUDA kernels take at most 65535",
                                   step->rows);
     tile_args fold = ring_tile(r, step->rows, step->slots, step->layer);
     fold.history_mode = HISTORY_ALL;
     fold.store = STORE_FINAL;
-    ssm_status st = launch_tile(g, fold, step->stream, r->services);
+    ssm_status st = launch_tile(g, fold, step->stream, r->base.services);
     if (st != SSM_OK)
         return st;
     ring_clear_kernel<<<dim3(1, step->rows, 1), 32, 0, (cudaStream_t)step->stream>>>(
         step->slots, g.capacity, g.layers, step->layer, r->cursors);
-    st = launch_status(r->services, "ring clear kernel");
+    st = launch_status(r->base.services, "ring clear kernel");
     return st != SSM_OK ? st
-                        : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->services);
+                        : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->base.services);
 }
 
 /* A verify's prologue: inputs staged in the conv buffer, records appended
@@ -181,7 +181,7 @@ static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_
     pa.ring_start = r->gpu->ring_start;
     pa.ring_mask = ta.ring_mask;
     pa.history = ta.history;
-    return launch_prep(g, pa, step->stream, r->services);
+    return launch_prep(g, pa, step->stream, r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
@@ -197,9 +197,9 @@ extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step
     if (r->options.outputs == REPLAY_OUTPUTS_EXACT) {
         ta.history_mode = HISTORY_STEP;
         ta.store = STORE_NONE;
-        return launch_tile(g, ta, step->stream, r->services);
+        return launch_tile(g, ta, step->stream, r->base.services);
     }
-    return launch_identity(g, ta, step->stream, r->services);
+    return launch_identity(g, ta, step->stream, r->base.services);
 }
 
 /* A decode that folds: native's prologue (the window advances in place,
@@ -215,7 +215,7 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
     pa.fold_n = r->cursors;
     pa.fold_start = r->gpu->ring_start;
     pa.fold_mask = r->options.history - 1;
-    ssm_status st = launch_prep(g, pa, step->stream, r->services);
+    ssm_status st = launch_prep(g, pa, step->stream, r->base.services);
     if (st != SSM_OK)
         return st;
     tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
@@ -224,7 +224,7 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
     ta.fold_taken = r->gpu->fold_taken;
     ta.store = STORE_FINAL;
     ta.after_prep = true;
-    return launch_tile(g, ta, step->stream, r->services);
+    return launch_tile(g, ta, step->stream, r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step)
@@ -240,7 +240,7 @@ extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
     a.history = r->options.history;
-    return launch_commit(g, a, step->layer, 1, step->stream, r->services);
+    return launch_commit(g, a, step->layer, 1, step->stream, r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *c)
@@ -251,14 +251,14 @@ extern "C" ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *c)
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
     a.history = r->options.history;
-    return launch_commit(g, a, 0, g.layers, c->stream, r->services);
+    return launch_commit(g, a, 0, g.layers, c->stream, r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stream)
 {
-    size_t layers = (size_t)r->params.model.layers;
+    size_t layers = (size_t)r->base.params.model.layers;
     size_t ring = (size_t)r->options.history * r->gpu->ring.bytes;
-    const ssm_services_v1 *s = r->services;
+    const ssm_services_v1 *s = r->base.services;
     ssm_status st = gpu_zero(replay_checkpoint(r, slot, 0), layers * r->state_bytes, stream, s);
     if (st == SSM_OK)
         st = gpu_zero(replay_conv(r, slot, 0), layers * r->conv_bytes, stream, s);
@@ -281,7 +281,7 @@ static ssm_status fold_into(replay_mode *r, int32_t src, void *const *dst, void 
         a.history_mode = HISTORY_ALL;
         a.store = STORE_DST;
         a.dst = dst[l];
-        ssm_status st = launch_tile(g, a, stream, r->services);
+        ssm_status st = launch_tile(g, a, stream, r->base.services);
         if (st != SSM_OK)
             return st;
     }
@@ -294,19 +294,19 @@ extern "C" ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm
     ssm_status st = fold_into(r, slot, dst->state, stream);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(r), r->conv, slot, dst->conv, NULL, stream,
-                                           r->services);
+                                           r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
                                          void *stream)
 {
     ssm_status st = replay_cuda_reset(r, slot, stream);
-    for (int32_t l = 0; l < r->params.model.layers && st == SSM_OK; l++)
+    for (int32_t l = 0; l < r->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(replay_checkpoint(r, slot, l), src->state[l], r->state_bytes, stream,
-                      r->services);
+                      r->base.services);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(r), r->conv, slot, NULL, src->conv, stream,
-                                           r->services);
+                                           r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream)
@@ -319,10 +319,10 @@ extern "C" ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst,
         a.history_mode = HISTORY_ALL;
         a.store = STORE_DST;
         a.dst = replay_checkpoint(r, dst, l);
-        st = launch_tile(g, a, stream, r->services);
+        st = launch_tile(g, a, stream, r->base.services);
         if (st == SSM_OK && window > 0)
             st = gpu_copy(replay_conv(r, dst, l), replay_conv(r, src, l), window, stream,
-                          r->services);
+                          r->base.services);
     }
     return st;
 }
@@ -382,7 +382,7 @@ extern "C" ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count,
     a.ring_n = r->cursors;
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
-    return launch_page_folds(a, count, slots, g.state_dtype, g.act_dtype, stream, r->services);
+    return launch_page_folds(a, count, slots, g.state_dtype, g.act_dtype, stream, r->base.services);
 }
 
 extern "C" ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count,
@@ -391,9 +391,47 @@ extern "C" ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count,
                                                const uint32_t *refused, void *stream)
 {
     return launch_page_moves<true>(page_store(r), count, slots, views, refused, stream,
-                                   r->services);
+                                   r->base.services);
 }
 
 /* ---------------------------------------------------------------- tuning */
 
 SSM_TUNE_CUDA_ENTRIES(replay, replay_mode)
+
+/* ------------------------------------------------------------- the table */
+
+/* The GPU methods in ssm_mode_ops' order (no conv_of / state_of: those are
+ * the CPU drivers'). */
+extern "C" const ssm_mode_ops replay_cuda_ops = {
+    [](void *r, const ssm_step_v1 *step) { return replay_cuda_prefill((replay_mode *)r, step); },
+    [](void *r, const ssm_step_v1 *step) { return replay_cuda_decode((replay_mode *)r, step); },
+    [](void *r, const ssm_step_v1 *step) { return replay_cuda_verify((replay_mode *)r, step); },
+    [](void *r, const ssm_commit_v1 *commit) {
+        return replay_cuda_commit((replay_mode *)r, commit);
+    },
+    [](void *r, int32_t slot, void *stream) {
+        return replay_cuda_reset((replay_mode *)r, slot, stream);
+    },
+    [](void *r, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
+        return replay_cuda_export((replay_mode *)r, slot, dst, stream);
+    },
+    [](void *r, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
+        return replay_cuda_import((replay_mode *)r, slot, src, stream);
+    },
+    [](void *r, int32_t src, int32_t dst, void *stream) {
+        return replay_cuda_copy((replay_mode *)r, src, dst, stream);
+    },
+    [](void *r, const int32_t *slots, int32_t count, void *stream) {
+        return replay_cuda_materialize((replay_mode *)r, slots, count, stream);
+    },
+    [](void *r, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       void *stream) {
+        return replay_cuda_export_slots((replay_mode *)r, count, slots, views, stream);
+    },
+    [](void *r, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
+       const uint32_t *refused, void *stream) {
+        return replay_cuda_import_slots((replay_mode *)r, count, slots, views, refused, stream);
+    },
+    nullptr, /* conv_of */
+    nullptr, /* state_of */
+};

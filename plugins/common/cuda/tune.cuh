@@ -378,17 +378,17 @@ inline ssm_status gpu_tune_run(gpu_tune &t, ssm_tune_trial_v1 *trial, const ssm_
     extern "C" ssm_status mode##_cuda_tune_begin(type *m, int32_t max_rows, void *stream)      \
     {                                                                                         \
         (void)stream;                                                                         \
-        return ssm::gpu_tune_begin(m->gpu->tune, &m->params, max_rows, m->services);          \
+        return ssm::gpu_tune_begin(m->gpu->tune, &m->base.params, max_rows, m->base.services);\
     }                                                                                         \
     extern "C" ssm_status mode##_cuda_tune_run(type *m, ssm_tune_trial_v1 *trial)             \
     {                                                                                         \
-        return ssm::gpu_tune_run(m->gpu->tune, trial, m->services);                           \
+        return ssm::gpu_tune_run(m->gpu->tune, trial, m->base.services);                      \
     }                                                                                         \
     extern "C" void mode##_cuda_tune_end(type *m) { ssm::gpu_tune_end(m->gpu->tune); }        \
     extern "C" ssm_status mode##_cuda_tune_apply(type *m, const ssm_tune_choice_v1 *choices,   \
                                                  int32_t count)                               \
     {                                                                                         \
-        return ssm::gpu_tune_apply(G(m), m->gpu->tune, choices, count, m->services);          \
+        return ssm::gpu_tune_apply(G(m), m->gpu->tune, choices, count, m->base.services);     \
     }
 
 #endif
