@@ -700,20 +700,23 @@ inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 gr
     }
 }
 
-/* Tiles a block runs in a one-launch step: a decode takes tile_passes()'s
- * choice; a verify runs whole heads once the batch gives every SM
- * SSM_STEP_HEADS_PER_SM of them (a wave of resident blocks; its tokens' q
- * and k are then computed once a head, not once a tile, which at T tokens
- * costs more than a decode's one), else one tile a block. Never changes a
- * bit. */
+/* Tiles a block runs in a one-launch step. Once the batch gives every SM
+ * SSM_STEP_HEADS_PER_SM heads (a wave of resident blocks), whole heads: the
+ * q and k of a head (and its gates) are then computed once, not once per
+ * value tile. Below that, a decode takes tile_passes()'s choice and a
+ * verify one tile a block, for parallelism. A decode of 64 rows split into
+ * tiles took 27% longer in one launch than with the prologue launch (H100),
+ * its tiles repeating their head's conv and norms; whole heads are the
+ * decode's design from there on (measured only with every decode in one
+ * launch, SSMSTATE_CUDA_ONE_LAUNCH=1, until timed). Never changes a bit. */
 #define SSM_STEP_HEADS_PER_SM 4
 inline int32_t step_passes(const gpu_common &g, const tile_args &a)
 {
-    if (a.tokens == 1)
-        return tile_passes(g, a, a.rows);
-    if (g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_STEP_HEADS_PER_SM)
-        return 1;
-    return tiles_per_head(a.d.V, SSM_TILE_RPL);
+    bool few_heads =
+        g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_STEP_HEADS_PER_SM;
+    if (!few_heads)
+        return tiles_per_head(a.d.V, SSM_TILE_RPL);
+    return a.tokens == 1 ? tile_passes(g, a, a.rows) : 1;
 }
 
 /* A decode or verify in one launch (fused.cuh). `a` says where the state
