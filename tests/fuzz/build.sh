@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the libFuzzer harnesses (`make fuzz`): the core, the kernels and the
 # three built-in plugins compiled straight from the sources with clang and
-# -fsanitize=fuzzer-no-link,address,undefined (no configure: a generated
+# -fsanitize=fuzzer-no-link,address,undefined (the checksum routines of
+# coverage-ignore.txt without coverage callbacks; no configure: a generated
 # config.h without CUDA; the plugins' directory compiled in as the installed
 # one, so no SSMSTATE_PLUGIN_PATH is needed), then each harness linked with
 # -fsanitize=fuzzer. Rebuilds only what is older than its sources.
@@ -29,6 +30,7 @@ inih_cflags=$(pkg-config --cflags inih 2>/dev/null || true)
 inih_libs=$(pkg-config --libs inih 2>/dev/null || echo -linih)
 cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -ffp-contract=off -fPIC -fvisibility=hidden
  -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link
+ -fsanitize-coverage-ignorelist=$src/tests/fuzz/coverage-ignore.txt
  -I$out/gen -I$src/include -I$src $inih_cflags -DSSM_PLUGIN_DIR=\"$out/plugins\""
 export cc cflags out src
 
@@ -38,7 +40,7 @@ stale=
 for f in "$src"/core/*.c "$src"/kernels/*.c "$src"/plugins/*/*.c; do
     rel=${f#"$src"/}
     o=$(obj_of "$rel")
-    if [ ! -f "$o" ] || [ -n "$(find "$src/core" "$src/kernels" "$src/plugins" "$src/include" \
+    if [ ! -f "$o" ] || [ "$src/tests/fuzz/coverage-ignore.txt" -nt "$o" ] || [ -n "$(find "$src/core" "$src/kernels" "$src/plugins" "$src/include" \
         "$out/gen" -name '*.[ch]' -newer "$o" | head -n 1)" ]; then
         stale="$stale $rel"
     fi
