@@ -1,26 +1,17 @@
 /* The numerics contract's bounds (docs/numerics.md) as the conformance,
- * cross-mode, stress and GPU suites hold outputs and states to them.
+ * cross-mode, stress and GPU suites hold outputs and states to them: names
+ * over tools/bound.h, which holds the numbers, the relative-RMS totals, the
+ * bf16 small-tensor floor and the NaN rule for the command and the tests
+ * alike (what each bound is and why, there). Each comparison has its own
+ * function:
  *
- * Every bound is a relative RMS, ||got - ref|| / ||ref||, over the whole
- * tensor; there is no rule per element. An element near zero (cancellation
- * in q . S, a value head whose v is tiny) may land many bf16 ulps from its
- * reference when two exact forms round differently, and that is no defect:
- * tests/check_numerics.c shows such outputs, and a real defect failing.
- *
- * Two comparisons have their own numbers, so each has its own function:
- *
- *   spec_bound_vs_native: on one device, any output form against native's
- *     (replay's identity, matrix and exact forms against native; a plugin
- *     against the CPU reference, which computes what native computes):
- *       fp32 state: <= 1e-5 (fp32 outputs), <= 2e-4 (bf16 outputs);
- *       bf16 state: <= 1e-2, the bound native itself meets against an fp64
- *         reference (rounding the state after every token accumulates).
+ *   spec_bound_vs_native, spec_bound_vs_native_state: one device, any
+ *     output form against native's (replay's identity, matrix and exact
+ *     forms; a plugin against the CPU reference, which computes what native
+ *     computes): BOUND_ONE_DEVICE.
  *   spec_bound_cpu_vs_cuda, spec_bound_cpu_vs_cuda_state: the same mode (or
- *     native) on the CPU against a CUDA context, decode, verify and prefill
- *     (the GPU may contract multiply-adds and use hardware approximations):
- *       outputs over an fp32 state: <= 1e-4 (fp32), <= 5e-4 (bf16);
- *       fp32 state: <= 1e-4;
- *       bf16 state, outputs and state: <= 1e-2, as above.
+ *     native) on the CPU against a CUDA context, decode, verify and prefill:
+ *     BOUND_CPU_VS_CUDA.
  *
  * "Whole tensor" is here the whole output of a session, per layer,
  * assembled block by block (spec_add_block): held per block (one row of one
@@ -34,14 +25,8 @@
  * at the end always. An exported state is one tensor of its own.
  *
  * A bf16 tensor too small to resolve its bound is held to one rounding
- * step of its largest element relative to its norm, ulp(max |ref|) /
- * ||ref||, when that is larger (spec_total_limit): two exact forms may round
- * any one element to neighbouring bf16 values, and in the small tensors of
- * these suites one such step of a large element is several times 2e-4
- * (replay's identity against native, KDA, HV=9, V=16: 6192 outputs
- * bit-identical but one element 3.5 times the RMS one step apart, relative
- * RMS 5e-4). At a real model's sizes the step is far below every bound;
- * two steps of the largest element still fail (tests/check_numerics.c).
+ * step of its largest element relative to its norm when that is larger
+ * (spec_total_limit).
  *
  * NaN never passes: every block is checked for non-finite values as it is
  * added (on either side: a NaN that both sides hold still fails), and a
@@ -53,6 +38,7 @@
 #include <stdint.h>
 
 #include "ssmstate/types.h"
+#include "tools/bound.h"
 
 /* Outputs of one layer before the whole-output bound applies: one token of a
  * real model's layer (Qwen3-Next: HV * V = 4096). */
@@ -61,7 +47,7 @@
 /* A relative-RMS bound over a whole tensor. */
 typedef struct spec_bound {
     double limit;     /* ||got - ref|| / ||ref|| <= limit */
-    const char *text; /* the bound in words, for messages (static storage) */
+    const char *text; /* the bound in words, with what it covers (static storage) */
 } spec_bound;
 
 /* Outputs, one device: any output form (replay's identity, matrix, exact;
@@ -76,24 +62,18 @@ spec_bound spec_bound_cpu_vs_cuda(ssm_dtype state_dtype, ssm_dtype act);
 spec_bound spec_bound_cpu_vs_cuda_state(ssm_dtype state_dtype);
 
 /* Matrix states, one device: a mode whose exported state is not native's
- * bit for bit (the built-in modes' are) against the CPU reference: fp32
- * 1e-5, bf16 1e-2 (the outputs' numbers over that state dtype). */
+ * bit for bit (the built-in modes' are) against the CPU reference. */
 spec_bound spec_bound_vs_native_state(ssm_dtype state_dtype);
 
 /* The bound in words (static storage). */
 const char *spec_bound_text(spec_bound b);
 
 /* A whole tensor assembled block by block. */
-typedef struct spec_total {
-    double diff2, ref2;
-    int64_t elements;
-    int nonfinite;
-    double bf16_step; /* bf16 tensors: one rounding step of the largest |ref| */
-} spec_total;
+typedef bound_total spec_total;
 
 /* The limit a total is held to: b.limit, or for a bf16 tensor too small to
  * resolve it, one rounding step of its largest element relative to its
- * norm, whichever is larger (see above). */
+ * norm, whichever is larger (bound_total_limit). */
 double spec_total_limit(spec_bound b, const spec_total *t);
 
 /* Adds one block of n elements (dtype t) to *total. Returns 1, or 0 with

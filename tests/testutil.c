@@ -5,6 +5,7 @@
 
 #include "kernels/reference.h"
 #include "tests/testutil.h"
+#include "tools/rng.h"
 
 uint64_t test_seed(void)
 {
@@ -27,12 +28,11 @@ uint64_t test_seed(void)
     return seed;
 }
 
+/* The first splitmix64 number of the seed, odd so never the zero state. */
 void test_rng_init(test_rng *r, uint64_t seed)
 {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    r->s = (z ^ (z >> 31)) | 1;
+    rng s = {seed};
+    r->s = rng_next(&s) | 1;
 }
 
 uint64_t test_rng_next(test_rng *r)
@@ -47,7 +47,7 @@ uint64_t test_rng_next(test_rng *r)
 
 double test_rng_uniform(test_rng *r)
 {
-    return (double)(test_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return rng_unit(test_rng_next(r));
 }
 
 double test_rng_normal(test_rng *r)

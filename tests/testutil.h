@@ -1,5 +1,5 @@
 /* Helpers shared by the test suites: a seeded generator, realistic random
- * layer inputs, and the SPEC 3.5 comparisons. */
+ * layer inputs, and relative-RMS and bitwise comparisons. */
 #ifndef SSM_TESTS_TESTUTIL_H
 #define SSM_TESTS_TESTUTIL_H
 
@@ -7,7 +7,9 @@
 
 #include "ssmstate/ssmstate.h"
 
-/* splitmix64-seeded xorshift; fresh seed per run unless SSM_TEST_SEED is set. */
+/* xorshift64* seeded by tools/rng.h's splitmix64 (its numbers in [0, 1)
+ * too); fresh seed per run unless SSM_TEST_SEED is set. Fixed seeds (the
+ * fault suites') give the same numbers on every run. */
 typedef struct test_rng { uint64_t s; } test_rng;
 uint64_t test_seed(void);           /* prints the seed once to stderr */
 void test_rng_init(test_rng *r, uint64_t seed);

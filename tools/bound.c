@@ -6,23 +6,41 @@
 #include "kernels/reference.h"
 #include "bound.h"
 
+/* Over a bf16 state, every comparison: the bound native itself meets
+ * against an fp64 reference. */
+#define BF16_STATE_LIMIT 1e-2
+
+#define BOUND_WORDS(limit) BOUND_WORDS_(limit)
+#define BOUND_WORDS_(limit) "relative RMS <= " #limit
+/* A bound of `limit` (a number as written) over `what`: the limit, its
+ * words, and the words with what it covers, each number written once. */
+#define BOUND(limit, what) ((bound){limit, BOUND_WORDS(limit), BOUND_WORDS(limit) " over " what})
+
 bound bound_for_outputs(bound_relation relation, ssm_dtype state_dtype, ssm_dtype act)
 {
+    if (relation == BOUND_CPU_VS_CUDA) {
+        if (state_dtype == SSM_DTYPE_BF16)
+            return BOUND(BF16_STATE_LIMIT, "the whole output (CPU vs CUDA, bf16 state)");
+        return act == SSM_DTYPE_F32
+                   ? BOUND(1e-4, "the whole output (CPU vs CUDA, fp32 outputs)")
+                   : BOUND(5e-4, "the whole output (CPU vs CUDA, bf16 outputs)");
+    }
     if (state_dtype == SSM_DTYPE_BF16)
-        return (bound){1e-2, "relative RMS <= 1e-2"};
-    if (relation == BOUND_CPU_VS_CUDA)
-        return act == SSM_DTYPE_F32 ? (bound){1e-4, "relative RMS <= 1e-4"}
-                                    : (bound){5e-4, "relative RMS <= 5e-4"};
-    return act == SSM_DTYPE_F32 ? (bound){1e-5, "relative RMS <= 1e-5"}
-                                : (bound){2e-4, "relative RMS <= 2e-4"};
+        return BOUND(BF16_STATE_LIMIT, "the whole output (one device, bf16 state)");
+    return act == SSM_DTYPE_F32
+               ? BOUND(1e-5, "the whole output (one device, fp32 state, fp32 outputs)")
+               : BOUND(2e-4, "the whole output (one device, fp32 state, bf16 outputs)");
 }
 
 bound bound_for_states(bound_relation relation, ssm_dtype state_dtype)
 {
-    if (state_dtype == SSM_DTYPE_BF16)
-        return (bound){1e-2, "relative RMS <= 1e-2"};
-    return relation == BOUND_CPU_VS_CUDA ? (bound){1e-4, "relative RMS <= 1e-4"}
-                                         : (bound){1e-5, "relative RMS <= 1e-5"};
+    if (relation == BOUND_CPU_VS_CUDA)
+        return state_dtype == SSM_DTYPE_BF16
+                   ? BOUND(BF16_STATE_LIMIT, "the state (CPU vs CUDA, bf16 state)")
+                   : BOUND(1e-4, "the state (CPU vs CUDA, fp32 state)");
+    return state_dtype == SSM_DTYPE_BF16
+               ? BOUND(BF16_STATE_LIMIT, "the state (one device, bf16 state)")
+               : BOUND(1e-5, "the state (one device, fp32 state)");
 }
 
 const char *bound_text(bound b)
@@ -79,43 +97,62 @@ static double bf16_step(double x)
 
 double bound_total_rel_rms(const bound_total *total)
 {
-    if (total->nonfinite || isnan(total->diff2) || isnan(total->ref2))
+    if (total->nonfinite || isnan(total->diff2) || !isfinite(total->ref2))
         return NAN;
     if (total->ref2 == 0.0)
         return total->diff2 == 0.0 ? 0.0 : INFINITY;
     return sqrt(total->diff2 / total->ref2);
 }
 
+double bound_total_limit(bound b, const bound_total *total)
+{
+    /* As the relative RMS is computed, so one step is exactly at it. */
+    double floor = total->ref2 > 0.0
+                       ? sqrt(total->bf16_step * total->bf16_step / total->ref2)
+                       : 0.0;
+    return floor > b.limit ? floor : b.limit;
+}
+
 int bound_total_pass(bound b, const bound_total *total)
 {
-    double rel = bound_total_rel_rms(total), limit = b.limit;
-    if (total->ref2 > 0.0) { /* as the relative RMS is computed: one step is at it */
-        double floor = sqrt(total->bf16_step * total->bf16_step / total->ref2);
-        limit = floor > limit ? floor : limit;
+    /* NaN compares false. */
+    return !total->nonfinite && bound_total_rel_rms(total) <= bound_total_limit(b, total);
+}
+
+int64_t bound_accumulate(bound_total *total, const void *got, const void *ref, ssm_dtype t,
+                         int64_t n)
+{
+    double diff2 = 0.0, ref2 = 0.0, largest = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = ssm_ref_load(got, t, i), r = ssm_ref_load(ref, t, i);
+        if (!isfinite(g) || !isfinite(r)) {
+            total->nonfinite = 1;
+            return i;
+        }
+        diff2 += (g - r) * (g - r);
+        ref2 += r * r;
+        largest = fabs(r) > largest ? fabs(r) : largest;
     }
-    return !total->nonfinite && rel <= limit; /* NaN compares false */
+    total->diff2 += diff2;
+    total->ref2 += ref2;
+    total->elements += n;
+    if (t == SSM_DTYPE_BF16 && bf16_step(largest) > total->bf16_step)
+        total->bf16_step = bf16_step(largest);
+    return -1;
 }
 
 bound_result bound_add(bound_total *total, const void *got, const void *ref, ssm_dtype t,
                        int64_t n)
 {
-    bound_total block = {0.0, 0.0, n, 0, 0.0};
-    double largest = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double g = ssm_ref_load(got, t, i), r = ssm_ref_load(ref, t, i);
-        if (!isfinite(g) || !isfinite(r))
-            block.nonfinite = 1;
-        block.diff2 += (g - r) * (g - r);
-        block.ref2 += r * r;
-        largest = fabs(r) > largest ? fabs(r) : largest;
-    }
+    bound_total block = {0};
+    int64_t bad = bound_accumulate(&block, got, ref, t, n);
     total->diff2 += block.diff2;
     total->ref2 += block.ref2;
     total->elements += n;
     total->nonfinite |= block.nonfinite;
-    if (t == SSM_DTYPE_BF16 && bf16_step(largest) > total->bf16_step)
-        total->bf16_step = bf16_step(largest);
-    bound_result r = {bound_total_rel_rms(&block), 0, !block.nonfinite};
+    if (block.bf16_step > total->bf16_step)
+        total->bf16_step = block.bf16_step;
+    bound_result r = {bound_total_rel_rms(&block), 0, bad < 0};
     if (t == SSM_DTYPE_BF16)
         r.max_ulps = max_bf16_ulps(got, ref, n);
     return r;

@@ -1,8 +1,9 @@
-/* Synthetic data: a splitmix64 stream per coordinate tuple (see synth.h). */
+/* Synthetic data: a splitmix64 stream (rng.h) per coordinate tuple (see synth.h). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/reference.h"
+#include "rng.h"
 #include "synth.h"
 
 /* Separate streams so that, e.g., layer 3's weights never correlate with
@@ -14,40 +15,7 @@ enum {
     STREAM_TOKEN = 4,
 };
 
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(rng *r)
-{
-    r->state += 0x9e3779b97f4a7c15ull;
-    return mix64(r->state);
-}
-
-/* A stream keyed by (seed, stream, a, b, c); hashing each coordinate in turn
- * keeps nearby tuples independent. */
-static rng rng_at(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b, uint64_t c)
-{
-    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull * stream);
-    h = mix64(h ^ (a + 0x632be59bd9b4e019ull));
-    h = mix64(h ^ (b + 0x8cb92ba72f3d8dd7ull));
-    h = mix64(h ^ (c + 0x3c6ef372fe94f82bull));
-    return (rng){h};
-}
-
-static double rng_uniform(rng *r) /* [0, 1) */
-{
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-static double rng_normal(rng *r, double mean, double std)
+static double draw_normal(rng *r, double mean, double std)
 {
     double u1 = 1.0 - rng_uniform(r); /* (0, 1]: log stays finite */
     double u2 = rng_uniform(r);
@@ -57,7 +25,7 @@ static double rng_normal(rng *r, double mean, double std)
 static void fill_normal(rng *r, float *dst, int64_t n, double mean, double std)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = (float)rng_normal(r, mean, std);
+        dst[i] = (float)draw_normal(r, mean, std);
 }
 
 int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *out)
@@ -78,7 +46,7 @@ int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *
         float *conv_bias = conv_weight + d * m->conv_width;
         float *a_log = conv_bias + d;
         float *dt_bias = a_log + hv;
-        rng r = rng_at(seed, STREAM_WEIGHTS, (uint64_t)l, 0, 0);
+        rng r = rng_at3(seed, STREAM_WEIGHTS, (uint64_t)l, 0, 0);
         fill_normal(&r, conv_weight, d * m->conv_width, 0.0, 1.0 / sqrt((double)m->conv_width));
         fill_normal(&r, conv_bias, d, 0.0, 0.05);
         for (int64_t h = 0; h < hv; h++)
@@ -99,7 +67,7 @@ void synth_weights_destroy(synth_weights *w)
 
 int32_t synth_prompt_length(const ssm_workload *w, int32_t request)
 {
-    rng r = rng_at(w->seed, STREAM_PROMPT, (uint64_t)request, 0, 0);
+    rng r = rng_at3(w->seed, STREAM_PROMPT, (uint64_t)request, 0, 0);
     int64_t span = (int64_t)w->prompt_max - w->prompt_min + 1;
     int64_t pick = (int64_t)(rng_uniform(&r) * (double)span);
     return w->prompt_min + (int32_t)(pick < span ? pick : span - 1);
@@ -108,7 +76,7 @@ int32_t synth_prompt_length(const ssm_workload *w, int32_t request)
 int32_t synth_accepted_length(const ssm_workload *w, int32_t request, int32_t round,
                               int32_t tokens)
 {
-    rng r = rng_at(w->seed, STREAM_ACCEPT, (uint64_t)request, (uint64_t)round, 0);
+    rng r = rng_at3(w->seed, STREAM_ACCEPT, (uint64_t)request, (uint64_t)round, 0);
     int32_t accepted = 1;
     while (accepted < tokens && rng_uniform(&r) < w->acceptance)
         accepted++;
@@ -119,12 +87,12 @@ void synth_token_inputs(const ssm_model_dims *m, ssm_dtype act, uint64_t seed, i
                         int64_t position, int32_t layer, const synth_inputs *dst, int64_t at)
 {
     const int64_t d = ssm_conv_channels(m), gw = ssm_gate_width(m), hv = m->value_heads;
-    rng r = rng_at(seed, STREAM_TOKEN, (uint64_t)(int64_t)request, (uint64_t)position,
+    rng r = rng_at3(seed, STREAM_TOKEN, (uint64_t)(int64_t)request, (uint64_t)position,
                    (uint64_t)layer);
     for (int64_t i = 0; i < d; i++)
-        ssm_ref_store(dst->x, act, at * d + i, (float)rng_normal(&r, 0.0, 1.0));
+        ssm_ref_store(dst->x, act, at * d + i, (float)draw_normal(&r, 0.0, 1.0));
     for (int64_t i = 0; i < gw; i++)
-        ssm_ref_store(dst->gate, act, at * gw + i, (float)rng_normal(&r, 0.0, 1.0));
+        ssm_ref_store(dst->gate, act, at * gw + i, (float)draw_normal(&r, 0.0, 1.0));
     for (int64_t i = 0; i < hv; i++)
-        ssm_ref_store(dst->beta, act, at * hv + i, (float)rng_normal(&r, 0.0, 1.5));
+        ssm_ref_store(dst->beta, act, at * hv + i, (float)draw_normal(&r, 0.0, 1.5));
 }
