@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/context.h"
-#include "core/device_pages.h"
+#include "core/pages/device_memory.h"
 
 static const char *capability_names(uint64_t caps, char *buf, size_t len)
 {

@@ -4,7 +4,7 @@
 
 #include "core/loader.h"
 #include "core/tickets.h"
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 
 struct ssm_ctx {
     ssm_config *config;          /* owned copy */

@@ -18,7 +18,7 @@ ssm_status ssm_error_setv(ssm_status code, const char *fmt, va_list ap);
 void ssm_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ssm_logv(int level, const char *fmt, va_list ap);
 
-/* ---- config (core/config.c) ---- */
+/* ---- config (core/config/config.c) ---- */
 
 /* Parses INI text; `source` names it in messages ("file:line: ..."). */
 ssm_status ssm_config_parse_text(const char *text, const char *source, ssm_config **out);
@@ -32,7 +32,7 @@ const char *ssm_config_where(const ssm_config *config, int32_t line, char *buf, 
 /* Index of the mode section called `name`, or -1. */
 int32_t ssm_config_find_section(const ssm_config *config, const char *name);
 
-/* CRC32C (Castagnoli) of `bytes` bytes: the state page's checksum (core/page.c). */
+/* CRC32C (Castagnoli) of `bytes` bytes: the state page's checksum (core/pages/page.c). */
 uint32_t ssm_crc32c(const void *data, size_t bytes);
 
 #endif

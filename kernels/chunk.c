@@ -4,7 +4,7 @@
 #include "kernels/math.h"
 #include "kernels/reference.h"
 
-/* The largest key dim a config takes (core/config_limits.h, SSM_MAX_HEAD_DIM):
+/* The largest key dim a config takes (core/config/limits.h, SSM_MAX_HEAD_DIM):
  * the room of a token's decays on the stack. */
 enum { MAX_KEY_DIM = 1024 };
 

@@ -1,5 +1,5 @@
 /* CRC32C (Castagnoli), the state page's checksum (docs/pages.md): the
- * polynomial and the arithmetic that the host (core/page.c) and the device
+ * polynomial and the arithmetic that the host (core/pages/page.c) and the device
  * (kernels/cuda/crc32c.cuh) share, so that both compute the same function
  * from one definition.
  *

@@ -1,4 +1,4 @@
-/* The config parser and validator (core/config.c): good files parse to the
+/* The config parser and validator (core/config/config.c): good files parse to the
  * right values, and every kind of bad input fails with "file:line: message"
  * naming the key, leaving *out untouched. */
 #include "config.h" /* HAVE_CUDA */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config_limits.h"
+#include "core/config/limits.h"
 #include "core/internal.h"
 #include "tests/runner.h"
 

@@ -6,7 +6,7 @@
  *   on a CUDA context get SSM_ERR_UNSUPPORTED naming it; no slot changes and
  *   the status array is not written;
  * - the device's judgement of a page, run here on host pages (it is one
- *   function, core/page_format.h's ssm_page_check, compiled for both): each
+ *   function, core/pages/format.h's ssm_page_check, compiled for both): each
  *   way a page can be wrong gets its ssm_page_status, a good page and a
  *   whole page for a tensor-parallel rank pass;
  * - the header the seal kernel writes: the context's header with the
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_pages.h"
+#include "core/pages/device_memory.h"
 #include "core/internal.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"

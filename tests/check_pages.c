@@ -1,4 +1,4 @@
-/* State pages (core/page.c, docs/pages.md) and slot copies on CPU contexts:
+/* State pages (core/pages/page.c, docs/pages.md) and slot copies on CPU contexts:
  * a copy equals its source and leaves it alone; a page exported
  * in any mode (replay with history pending) imports into any other and the
  * two slots then agree bit for bit, in their exports and in the next
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "core/page_format.h"
+#include "core/pages/format.h"
 #include "kernels/crc32c.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"

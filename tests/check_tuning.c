@@ -45,7 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 #include "tests/expect.h"
 #include "tests/runner.h"
 #include "tests/testutil.h"
@@ -124,7 +124,7 @@ static const ssm_model_dims small_gdn = {.kind = SSM_MODEL_GDN, .layers = 2, .he
                                          .conv_width = 4};
 
 /* The key a context of `mode` over small_gdn, T_max 4, f32/f32, on the
- * hook's device "fake" has (what core/tuning_ctx.c builds). */
+ * hook's device "fake" has (what core/tuning/context.c builds). */
 static tuning_key context_key(const char *mode, int32_t family, int32_t bucket)
 {
     tuning_key k;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a state page from docs/pages.md alone (an implementation independent of core/page.c):
+"""Writes a state page from docs/pages.md alone (an implementation independent of core/pages/page.c):
 a small GDN model (layers 2, H 1, HV 2, K 8, V 8, W 4, f32 state and activations), values from a
 fixed sequence. Usage: make_page.py OUT [spoil], spoil one of: none, payload (a flipped payload
 byte), header (a flipped header byte), version (format version 2 with valid checksums), truncated,

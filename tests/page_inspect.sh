@@ -1,6 +1,6 @@
 #!/bin/sh
 # `ssmstate inspect` on pages written by tests/make_page.py, an implementation
-# of docs/pages.md independent of core/page.c (TAP): a valid page is read
+# of docs/pages.md independent of core/pages/page.c (TAP): a valid page is read
 # field by field (exit 0); a flipped payload byte, a flipped header byte,
 # another format version, a truncated page, bytes after the payload, a set
 # reserved byte, a lower bound on a gdn model and value heads that are no

@@ -29,7 +29,7 @@
 namespace ssm {
 
 #define SSM_PREP_THREADS 256
-#define SSM_MAX_WIDTH 16 /* the config's largest conv width (core/config_limits.h) */
+#define SSM_MAX_WIDTH 16 /* the config's largest conv width (core/config/limits.h) */
 
 struct prep_args {
     dims d;

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/config_limits.h"
+#include "core/config/limits.h"
 #include "core/internal.h"
 #include "tests/fuzz/fuzz_common.h"
 

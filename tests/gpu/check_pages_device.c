@@ -52,7 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/page_format.h" /* header fields, to spoil pages (inline only) */
+#include "core/pages/format.h" /* header fields, to spoil pages (inline only) */
 #include "tests/expect.h"
 #include "tests/gpu/gpu_suite.h"
 #include "tests/gpu/gpu_world.h"

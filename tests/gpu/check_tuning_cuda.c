@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 #include "tests/expect.h"
 #include "tests/gpu/gpu_suite.h"
 #include "tests/gpu/gpu_util.h"
@@ -255,7 +255,7 @@ static void bench_decode(bench *b, int32_t rows)
     ck_assert(gpu_ok(cudaStreamSynchronize(b->stream), "decode"));
 }
 
-/* The key of this bench's contexts for `mode` (what core/tuning_ctx.c builds). */
+/* The key of this bench's contexts for `mode` (what core/tuning/context.c builds). */
 static tuning_key bench_key(const bench *b, const char *mode, int32_t family, int32_t bucket)
 {
     tuning_key k;

@@ -1,4 +1,4 @@
-/* The core's kernels for pages in device memory (core/device_pages.h): the
+/* The core's kernels for pages in device memory (core/pages/device_memory.h): the
  * views of an export, the seal (payload checksums and headers), the check
  * of an import and its finish (statuses of a refused batch, flag words).
  *
@@ -7,11 +7,11 @@
  * crc32c.cuh) and leaves its CRC in the slot's partials; the block that
  * finishes last (a counter per slot, the threadFenceReduction pattern)
  * combines the partials in order into the payload's CRC, then writes the
- * header (seal) or judges the page (check) with core/page_format.h, the
- * code core/page.c runs on the host. */
+ * header (seal) or judges the page (check) with core/pages/format.h, the
+ * code core/pages/page.c runs on the host. */
 #include <cuda_runtime.h>
 
-#include "core/device_pages.h"
+#include "core/pages/device_memory.h"
 #include "kernels/cuda/crc32c.cuh"
 
 using namespace ssm;

@@ -7,7 +7,7 @@
 #ifndef SSM_CORE_TUNING_H
 #define SSM_CORE_TUNING_H
 
-#include "core/tuning_cache.h"
+#include "core/tuning/cache.h"
 
 /* What a pass drives: the plugin's tune_* entries on a CUDA context, or a
  * test's fake. `space` lists the families; begin/run/end time candidates on
@@ -81,7 +81,7 @@ uint32_t ssm_tuning_layout(const struct ssm_ctx *ctx, int32_t rows);
  * of the plugin's entries. NULL removes it. */
 void ssm_tuning_test_hook(const ssm_tune_runner *runner, const char *device);
 
-/* The device side (core/tuning_device.c): the key's device fields; whether
+/* The device side (core/tuning/device.c): the key's device fields; whether
  * a stream is being captured (1), not (0), or the query failed (-1); make
  * the context's device current, returning the one that was (restore it
  * with ssm_tuning_leave_device). Without CUDA: the key names "cpu",

@@ -1,8 +1,8 @@
 /* The state page's format, version 1 (docs/pages.md gives it byte by byte):
  * the header's offsets, its fields, the payload's layout and what makes a
  * page valid for a context. One definition, compiled both into the host
- * (core/page.c, which writes, reads and slices pages) and into the device
- * (core/device_pages_kernels.cu, which seals and checks pages in device
+ * (core/pages/page.c, which writes, reads and slices pages) and into the device
+ * (core/pages/device_memory_kernels.cu, which seals and checks pages in device
  * memory), so the two can never disagree about a byte. Everything here is
  * inline, with no table and no allocation. */
 #ifndef SSM_CORE_PAGE_FORMAT_H
@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "core/config_limits.h"
+#include "core/config/limits.h"
 #include "kernels/crc32c.h"
 #include "kernels/hostdevice.h"
 #include "kernels/math.h"
@@ -178,7 +178,7 @@ SSM_HD int ssm_page_in_range(int32_t v, int32_t max)
 /* The first field of a header that describes no page, in header order
  * (SSM_PAGE_FAULT_NONE: every field is one a page may have). Host and
  * device refuse the same headers; the host names the field
- * (core/page.c). */
+ * (core/pages/page.c). */
 typedef enum ssm_page_fault {
     SSM_PAGE_FAULT_NONE = 0,
     SSM_PAGE_FAULT_KIND,            /* neither gdn nor kda */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config_limits.h"
-#include "core/config_private.h"
+#include "core/config/limits.h"
+#include "core/config/private.h"
 
 /* ------------------------------------------------------------ the keys */
 

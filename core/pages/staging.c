@@ -4,7 +4,7 @@
 
 #include "config.h"
 #include "core/internal.h"
-#include "core/page_device.h"
+#include "core/pages/staging.h"
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

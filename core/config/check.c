@@ -8,8 +8,8 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "core/config_limits.h"
-#include "core/config_private.h"
+#include "core/config/limits.h"
+#include "core/config/private.h"
 
 /* ------------------------------------------------------------ checking */
 

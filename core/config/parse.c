@@ -24,7 +24,7 @@
 
 #include <ini.h>
 
-#include "core/config_private.h"
+#include "core/config/private.h"
 
 /* A config is a few dozen lines; refuse to slurp something that is not one. */
 #define CONFIG_MAX_FILE_BYTES (1 << 20)

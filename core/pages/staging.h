@@ -1,7 +1,7 @@
 /* Host pages of a CUDA context (issue 6): the payload passes through a
  * staging buffer in the context's device memory, because a mode's
  * export_slot and import_slot read and write canonical forms in the
- * context's memory space (plugin_v1.h). core/page.c checks and seals the
+ * context's memory space (plugin_v1.h). core/pages/page.c checks and seals the
  * page on the host; this file moves bytes between host and device.
  *
  * Everything here is synchronous and takes no stream: opening waits for all

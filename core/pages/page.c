@@ -1,9 +1,9 @@
 /* State pages (SPEC 5, issue 6): a slot's canonical form behind a
  * self-describing, checksummed header. docs/pages.md gives the layout byte
  * by byte; this file writes and reads it, and holds the page to the context
- * before anything is loaded (slices and merges: core/page_slice.c). Host-memory pages, of CPU contexts and of CUDA
- * contexts: those go through a device staging buffer (core/page_device.c),
- * a batch at once through the device pages' kernels (core/device_pages.c). */
+ * before anything is loaded (slices and merges: core/pages/slice.c). Host-memory pages, of CPU contexts and of CUDA
+ * contexts: those go through a device staging buffer (core/pages/staging.c),
+ * a batch at once through the device pages' kernels (core/pages/device_memory.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +11,11 @@
 
 #include "config.h"
 #include "core/context.h"
-#include "core/device_pages.h"
+#include "core/pages/device_memory.h"
 #include "core/internal.h"
-#include "core/page_device.h"
-#include "core/page_format.h"
-#include "core/page_private.h"
+#include "core/pages/staging.h"
+#include "core/pages/format.h"
+#include "core/pages/private.h"
 
 enum { PAGE_HEADER_BYTES = SSM_PAGE_HEADER_BYTES };
 

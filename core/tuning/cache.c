@@ -1,5 +1,5 @@
 /* The tuning cache file: format, parse, lookup, atomic saves under a lock,
- * the merge of a pass's save (core/tuning_cache.h; the format, the lock and
+ * the merge of a pass's save (core/tuning/cache.h; the format, the lock and
  * the merge rule are specified in docs/tuning.md).
  *
  * A line is `entry` followed by space-separated name=value fields. Values
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/tuning_cache.h"
+#include "core/tuning/cache.h"
 
 static const char *const family_names[SSM_TUNE_FAMILIES] = {"layout", "decode",   "verify",
                                                             "commit", "identity", "prefill"};

@@ -17,7 +17,7 @@
 
 #include "config.h"
 #include "core/context.h"
-#include "core/device_pages.h"
+#include "core/pages/device_memory.h"
 #include "core/internal.h"
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>

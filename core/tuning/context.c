@@ -1,4 +1,4 @@
-/* Tuning and the context (core/tuning.h, docs/tuning.md): a pass at creation
+/* Tuning and the context (core/tuning/tuning.h, docs/tuning.md): a pass at creation
  * and at ssm_tune, never in a step; the cache file loaded, updated and, when
  * the pass changed it, merged into the file as it is then and saved around
  * it; the choices installed in the plugin and the update layouts
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/context.h"
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 
 /* ------------------------------------------------------------ test hook */
 

@@ -1,4 +1,4 @@
-/* Tuning passes (core/tuning.h, docs/tuning.md): for every family the mode
+/* Tuning passes (core/tuning/tuning.h, docs/tuning.md): for every family the mode
  * offers and every bucket of the pool, the cache's choice, or in mode tune
  * the candidates timed on the plugin's scratch (those recorded as failed
  * skipped, new failures recorded with their reason) and the fastest kept;
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 
 const char *const tuning_layout_names[TUNING_LAYOUTS] = {"fma2", "fma2-rev"};
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "core/page_format.h"
-#include "core/page_private.h"
+#include "core/pages/format.h"
+#include "core/pages/private.h"
 
 enum { PAGE_HEADER_BYTES = SSM_PAGE_HEADER_BYTES };
 

@@ -1,7 +1,7 @@
 /* Device pages, the core's half (docs/pages.md, "Device pages"): the
  * per-slot scratch a CUDA context keeps for them, and the kernels that
  * checksum, seal and check pages in device memory
- * (core/device_pages_kernels.cu). core/device_pages.c drives them around
+ * (core/pages/device_memory_kernels.cu). core/pages/device_memory.c drives them around
  * the mode's batched export_slots / import_slots. A C header, also read by
  * the .cu. */
 #ifndef SSM_CORE_DEVICE_PAGES_H
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/page_format.h"
+#include "core/pages/format.h"
 #include "ssmstate/plugin.h"
 
 #ifdef __cplusplus
@@ -94,7 +94,7 @@ int ssm_page_finish_launch(const ssm_page_launch *l, void *stream);
 #endif
 
 #ifndef __CUDACC__
-/* Host side (core/device_pages.c, core/page.c). */
+/* Host side (core/pages/device_memory.c, core/pages/page.c). */
 struct ssm_ctx;
 
 /* The scratch of a CUDA context (nothing on the CPU), with the context. */
@@ -113,7 +113,7 @@ ssm_status ssm_page_batch_checks(struct ssm_ctx *ctx, int32_t count, const int32
 
 /* The device-page export and import of a batch the caller has checked
  * (ssm_page_batch_checks, the alignment, a CUDA context whose device is
- * current), queued on `stream`: what core/page.c's host pages of a CUDA
+ * current), queued on `stream`: what core/pages/page.c's host pages of a CUDA
  * context run on their staging buffer, so a batch is one launch per
  * SSM_PAGE_LAUNCH_SLOTS pages there too. The import needs the mode's
  * import_slots. SSM_ERR_DEVICE when a launch fails. */

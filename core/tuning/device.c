@@ -1,10 +1,10 @@
-/* The device side of tuning (core/tuning.h): what names the device in a
+/* The device side of tuning (core/tuning/tuning.h): what names the device in a
  * cache key, the capture check of ssm_tune, the current device. */
 #include <stdio.h>
 #include <string.h>
 
 #include "config.h"
-#include "core/tuning.h"
+#include "core/tuning/tuning.h"
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
