@@ -1,4 +1,4 @@
-/* Two-GPU prefill-to-decode hand-off over NCCL (issue 6 item 6; docs/pages.md,
+/* Two-GPU prefill-to-decode hand-off over NCCL (docs/pages.md,
  * "Two GPUs over NCCL"). One process, two GPUs:
  *
  * 1. GPU 0, a native context, prefills R requests (seeded prompt lengths,

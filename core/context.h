@@ -37,7 +37,8 @@ void *ssm_device_alloc(const ssm_device *device, size_t bytes);
 void ssm_device_free(const ssm_device *device, void *ptr);
 
 /* Batch checks shared by the step calls (core/validate.c). Each returns
- * SSM_OK or the error of SPEC 10 with a message; none changes anything. */
+ * SSM_OK or the bad-input rules' error with a message (docs/reliability.md);
+ * none changes anything. */
 ssm_status ssm_validate_layer(const ssm_ctx *ctx, int32_t layer);
 ssm_status ssm_validate_rows(ssm_ctx *ctx, int32_t rows, const int32_t *slots,
                              int allow_pending);

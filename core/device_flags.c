@@ -1,7 +1,7 @@
-/* The kernels' flag words on a CUDA context (SPEC 4, 10): capacity + 1 words
- * in device memory, word s for slot s and a last word for rows whose slot
- * lies outside the pool. Kernels atomicOr into them; the host reads them only
- * when asked for the status, never in a step. */
+/* The kernels' flag words on a CUDA context (docs/architecture.md, "The CUDA
+ * path"): capacity + 1 words in device memory, word s for slot s and a last
+ * word for rows whose slot lies outside the pool. Kernels atomicOr into them;
+ * the host reads them only when asked for the status, never in a step. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
-/* The core's one allocator (issue 7): every heap allocation of core/ goes
- * through these wrappers, which count live allocations and can be told to
- * fail the Nth one from now. A test hook only: the symbols are hidden, so
- * libssmstate does not export them; tests that link libssmcore reach them.
+/* The core's one allocator (docs/reliability.md): every heap allocation of
+ * core/ goes through these wrappers, which count live allocations and can be
+ * told to fail the Nth one from now. A test hook only: the symbols are hidden,
+ * so libssmstate does not export them; tests that link libssmcore reach them.
  * Cost when no fault is armed: one relaxed atomic load and one relaxed
  * atomic add per allocation or free (none of which is on the step path).
  * Libc's own allocations behind dlopen, scandir, fopen and inih are not

@@ -77,7 +77,7 @@ ssm_status ssm_slot_copy(ssm_ctx *ctx, int32_t src, int32_t dst, void *stream)
     if (status != SSM_OK)
         return status;
     /* dst now holds src's state, so it carries src's flags: a copy of a
-     * slot fed non-finite inputs is just as poisoned (SPEC 10). */
+     * slot fed non-finite inputs is just as poisoned (docs/reliability.md). */
     ctx->slot_flags[dst] = ctx->slot_flags[src];
     ssm_device_flags_copy(ctx, src, dst, stream);
     return SSM_OK;

@@ -99,7 +99,7 @@ ssm_status ssm_decode(ssm_ctx *ctx, int32_t layer, const ssm_batch *batch,
     ssm_step_v1 step = make_step(layer, batch->rows, 1, batch->slots, weights, io, stream);
     step.layout = ssm_tuning_layout(ctx, batch->rows); /* its implicit commit's too */
     status = ctx->mode->decode(ctx->instance, &step);
-    /* A decode is a verify of one token with its commit (SPEC 4): a ticket
+    /* A decode is a verify of one token with its commit: a ticket
      * of an earlier forward over these slots is stale from now on. */
     for (int32_t r = 0; status == SSM_OK && r < batch->rows; r++)
         if (slots[r] >= 0)

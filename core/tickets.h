@@ -1,6 +1,7 @@
-/* The step protocol's bookkeeping (SPEC 4): which slots have an uncommitted
- * verify, which forward each ticket belongs to, and how a ticket presented
- * later is judged (current, stale, repeated or foreign). Host-side only. */
+/* The step protocol's bookkeeping (docs/architecture.md): which slots have an
+ * uncommitted verify, which forward each ticket belongs to, and how a ticket
+ * presented later is judged (current, stale, repeated or foreign). Host-side
+ * only. */
 #ifndef SSM_CORE_TICKETS_H
 #define SSM_CORE_TICKETS_H
 

@@ -1,5 +1,5 @@
 /* Batch validation: everything the engine passes is checked here before a
- * plugin sees it (SPEC 6), so plugins can assume well-formed calls. */
+ * plugin sees it (docs/abi.md), so plugins can assume well-formed calls. */
 #include <stdint.h>
 #include <string.h>
 

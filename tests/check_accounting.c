@@ -2,7 +2,7 @@
  * storage formulas of docs/modes.md written out again here (not taken from
  * the kernels), for random shapes, dtypes, draft widths and history lengths;
  * the pool identity; the plan against what each mode's create really
- * allocates on the CPU; and issue 3's targets at Qwen3-Next shape. */
+ * allocates on the CPU; and the size targets at Qwen3-Next shape. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,8 +306,8 @@ START_TEST(test_qwen3_next_worked_example)
 }
 END_TEST
 
-/* Issue 3: at T = 4, compact at most 30% and replay (L = 16) at most 45% of
- * native, as planned. */
+/* The size targets: at T = 4, compact at most 30% and replay (L = 16) at most
+ * 45% of native, as planned. */
 START_TEST(test_qwen3_next_targets)
 {
     shape s = qwen3_next();

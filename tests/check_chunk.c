@@ -1,11 +1,11 @@
 /* The chunked recurrence (kernels/chunk.c) against the token-by-token
- * recurrence: an fp64 one without rounding (SPEC 3.5's chunked-prefill bound,
- * relative RMS <= 5e-3, on outputs and final state), and the fp32 reference
- * kernel (the algebra: the two differ only by fp32 rounding). Lengths around
- * the chunk size, GDN and KDA with and without the lower bound, fp32 and
- * bf16 state, runs continued over several calls. The replay identity
- * (kernels/replay.c, SPEC 2.4), the recurrence in its other form, against
- * the same fp64 recurrence over a long history. */
+ * recurrence: an fp64 one without rounding (the numerics contract's
+ * chunked-prefill bound, relative RMS <= 5e-3, on outputs and final state), and
+ * the fp32 reference kernel (the algebra: the two differ only by fp32
+ * rounding). Lengths around the chunk size, GDN and KDA with and without the
+ * lower bound, fp32 and bf16 state, runs continued over several calls. The
+ * replay identity (kernels/replay.c, docs/modes.md), the recurrence in its
+ * other form, against the same fp64 recurrence over a long history. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +90,8 @@ static ssm_chunk_tokens tokens_of(const head_run *h, int64_t first)
     return x;
 }
 
-/* SPEC 2.2 step 4 token by token in fp64, no rounding anywhere. */
+/* The recurrence (decay, delta rule, output) token by token in fp64, no
+ * rounding anywhere. */
 static void run_fp64(const head_run *h, double *S, double *o)
 {
     int32_t K = h->K, V = h->V;
@@ -451,8 +452,8 @@ static void run_replay(const head_run *h, ssm_model_kind kind, ssm_dtype sd,
     free(c);
 }
 
-/* The identity over a history of 1024 tokens against SPEC 2.2 in fp64 from
- * the same checkpoint (in the state dtype: replay reads it widened), in
+/* The identity over a history of 1024 tokens against the recurrence in fp64
+ * from the same checkpoint (in the state dtype: replay reads it widened), in
  * calls of 1 to 4 tokens. Nothing is rounded between the checkpoint and the
  * outputs, so only fp32 arithmetic separates them: at most 1.4e-7 relative
  * RMS over 180 seeded runs. The decays come from differences G_p - G_i of

@@ -1,4 +1,4 @@
-/* Batched page transfers (issue 6): ssm_slots_export_pages and
+/* Batched page transfers (docs/pages.md): ssm_slots_export_pages and
  * ssm_slots_import_pages on CPU contexts.
  *
  * - Four slots with different states, exported in one call from every mode

@@ -1,4 +1,4 @@
-/* Tensor-parallel head slices of pages (issue 6, SPEC 5): a context of the
+/* Tensor-parallel head slices of pages (docs/pages.md): a context of the
  * whole model and `tp` rank contexts, each holding value heads [h0, h1)
  * (ssm_config.head_slice) with the rank's channels of every tensor.
  *

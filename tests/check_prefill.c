@@ -1,14 +1,14 @@
-/* Prefill through the public API in every mode (issue 5, CPU contexts):
+/* Prefill through the public API in every mode (CPU contexts):
  *
- * - the issue's lengths (1, 63, 64, 65, 300, 4096), GDN and KDA with and
- *   without the gate's lower bound, GVA, fp32 and bf16 state: the state and
- *   outputs against the token-by-token reference with an fp32 state (within
- *   1e-4 of fp64 at these lengths), by SPEC 3.5's chunked bound (5e-3) where
- *   a bf16 state or bf16 outputs are involved and 1e-4 otherwise;
+ * - lengths 1, 63, 64, 65, 300 and 4096, GDN and KDA with and without the
+ *   gate's lower bound, GVA, fp32 and bf16 state: the state and outputs against
+ *   the token-by-token reference with an fp32 state (within 1e-4 of fp64 at
+ *   these lengths), by the numerics contract's chunked bound (5e-3) where a
+ *   bf16 state or bf16 outputs are involved and 1e-4 otherwise;
  * - a prompt continued over 2 to 5 calls against the same prompt in one call:
  *   bit for bit when every split falls on a 64-token chunk boundary (the same
- *   chunks computed), else within rounding (1e-5 with an fp32 state, SPEC's
- *   4e-3 with a bf16 state, which is rounded at every call's end);
+ *   chunks computed), else within rounding (1e-5 with an fp32 state, 4e-3 with
+ *   a bf16 state, which is rounded at every call's end);
  * - the same prompt in native, compact and replay: the same bits. */
 #include <stdlib.h>
 #include <string.h>
@@ -184,14 +184,14 @@ START_TEST(continued_prompt_matches_one_call)
                       "%d calls split on chunk boundaries differ from one call", calls);
     } else {
         /* A bf16 state is rounded at every call's end, so each cut adds a
-         * rounding the single call does not make. SPEC 3.5 holds each side
-         * within 5e-3 of the fp64 state (chunked prefill), so the two may
-         * be 1e-2 apart; measured up to 4.3e-3 at 5 calls (SSM_TEST_SEED=
+         * rounding the single call does not make. The numerics contract holds
+         * each side within 5e-3 of the fp64 state (chunked prefill), so the two
+         * may be 1e-2 apart; measured up to 4.3e-3 at 5 calls (SSM_TEST_SEED=
          * 17347024830188261290, case 10), past the 4e-3 this once used. An
          * error in the algorithm is O(1). */
         double bound = state == SSM_DTYPE_BF16 ? 2 * 5e-3 : 1e-5;
         double state_err = test_rel_rms(snap.state[0], state, first.state[0], state, state_elems);
-        /* outputs in bf16: a rounding flip is 2^-8, so SPEC's bf16 bound */
+        /* outputs in bf16: a rounding flip is 2^-8, so a bf16 bound */
         double out_err = test_rel_rms(split.out, act, first_out, act, out_elems);
         ck_assert_msg(state_err <= bound && out_err <= 4e-3,
                       "%d calls (n=%lld) against one: relative RMS state %.3g (bound %g), "

@@ -1,8 +1,8 @@
 /* The CPU reference (kernels/reference.c, kernels/math.h) against oracles
  * written here independently: an integer bf16 rounding, and a naive fp64
- * implementation of SPEC 2.2 that shares no math with the reference (it
- * reads and writes tensors through ssm_ref_load/store, which the bf16
- * oracle tests on their own, and keeps the gate floor of kernels/math.h,
+ * implementation of the per-token computation that shares no math with the
+ * reference (it reads and writes tensors through ssm_ref_load/store, which the
+ * bf16 oracle tests on their own, and keeps the gate floor of kernels/math.h,
  * docs/architecture.md).
  * SSM_TEST_VERBOSE=1 prints the measured errors. */
 #include <float.h>
@@ -16,19 +16,20 @@
 #include "tests/runner.h"
 #include "tests/testutil.h"
 
-/* SPEC 3.5: recurrent path vs an fp64 reference. */
+/* The numerics contract: recurrent path vs an fp64 reference. */
 #define SPEC_RECURRENT_TOL 2e-3
 /* fp32 state and activations: only fp32 arithmetic error is left. */
 #define FP32_PATH_TOL 1e-5
-/* bf16 state against a reference with the same rounding points: where fp32
- * and fp64 round one element to different neighbours, the difference feeds
- * back through the state (every later token of the row moves by bf16 ulps).
- * Measured over 300 seeds: at most 6.0e-4 (bf16 state), 3.2e-4 (fp32 state,
- * bf16 activations). Twice that, so that a misplaced rounding point is
- * caught here: the output taken from the rounded state instead of before it
- * (SPEC 2.3) measured 1.5e-3, the conv output left unrounded 3e-3. */
+/* bf16 state against a reference with the same rounding points: where fp32 and
+ * fp64 round one element to different neighbours, the difference feeds back
+ * through the state (every later token of the row moves by bf16 ulps). Measured
+ * over 300 seeds: at most 6.0e-4 (bf16 state), 3.2e-4 (fp32 state, bf16
+ * activations). Twice that, so that a misplaced rounding point is caught here:
+ * the output taken from the rounded state instead of before it (a rounding
+ * point of docs/numerics.md) measured 1.5e-3, the conv output left unrounded
+ * 3e-3. */
 #define BF16_STATE_TOL 1.2e-3
-/* Any bf16 against an fp64 reference that rounds nothing. SPEC 3.5's 2e-3
+/* Any bf16 against an fp64 reference that rounds nothing. The contract's 2e-3
  * cannot hold there: storing a bf16 output alone costs 1.66e-3 relative RMS
  * on normal data, and rounding the conv output or the state each adds about
  * as much again. Measured on the realistic shape over 400 seeds: outputs
@@ -406,7 +407,7 @@ static void ref_result_free(ref_result *res)
     free(res->out);
 }
 
-/* ------------------------------------------ naive fp64 SPEC 2.2, no sharing */
+/* ---------------------------- naive fp64 per-token computation, no sharing */
 
 /* Element i of a tensor, read without the reference's loader. */
 static double naive_load(const void *base, ssm_dtype t, int64_t i)
@@ -443,16 +444,17 @@ typedef struct naive_result {
     double *state, *window, *out;
 } naive_result;
 
-/* SPEC 2.2 in fp64. With rounding_points, the conv output and the outputs
- * are rounded to the activation dtype and the state to the state dtype after
- * every token (SPEC 2.3); without, nothing is rounded. */
+/* The per-token computation in fp64. With rounding_points, the conv output and
+ * the outputs are rounded to the activation dtype and the state to the state
+ * dtype after every token (the rounding points of docs/numerics.md); without,
+ * nothing is rounded. */
 static void naive_run(const layer_case *lc, int rounding_points, naive_result *res)
 {
     const ssm_model_dims *m = &lc->m;
     const ssm_layer_weights *w = &lc->tw.w;
     int32_t H = m->heads, HV = m->value_heads, K = m->key_dim, V = m->value_dim;
     int32_t W = m->conv_width;
-    /* SPEC 2.1's widths, worked out here rather than taken from types.h:
+    /* The model's widths, worked out here rather than taken from types.h:
      * D = q, k (H K each) and v (HV V); a gate per value head, or per
      * value head and key channel for KDA. */
     int kda = m->kind == SSM_MODEL_KDA;
@@ -628,7 +630,7 @@ static void report_errors(const char *what, int variant_index, const naive_error
             v.act == SSM_DTYPE_F32 ? "f32 " : "bf16", e->out, e->state);
 }
 
-/* Against the fp64 model with SPEC 2.3's rounding points: the variant's
+/* Against the fp64 model with the contract's rounding points: the variant's
  * bound on outputs and final states. */
 static void assert_within_rounded_bound(const variant *v, const naive_errors *e)
 {
@@ -639,7 +641,8 @@ static void assert_within_rounded_bound(const variant *v, const naive_errors *e)
     ck_assert_msg(e->state <= tol, "state rel RMS %.3e > %.1e", e->state, tol);
 }
 
-/* (b) SPEC 2.2 with the rounding points of 2.3 emulated, on random shapes. */
+/* (b) The per-token computation with its rounding points emulated, on random
+ * shapes. */
 START_TEST(matches_fp64_with_rounding_points)
 {
     variant v = variant_of(_i);
@@ -664,8 +667,8 @@ START_TEST(matches_fp64_at_the_edges)
 }
 END_TEST
 
-/* (c) SPEC 2.2 with no rounding at all, on the realistic shape: what the
- * rounding points cost. */
+/* (c) The per-token computation with no rounding at all, on the realistic
+ * shape: what the rounding points cost. */
 START_TEST(matches_exact_fp64)
 {
     variant v = variant_of(_i);
@@ -775,9 +778,9 @@ START_TEST(token_update_in_place)
 }
 END_TEST
 
-/* SPEC 2.3's rounding point inside the head update: the output comes from
- * the fp32 state, and only then is the state rounded. So a bf16 update is an
- * fp32 update followed by rounding, bit for bit. */
+/* The rounding point inside the head update (docs/numerics.md): the output
+ * comes from the fp32 state, and only then is the state rounded. So a bf16
+ * update is an fp32 update followed by rounding, bit for bit. */
 START_TEST(head_update_rounds_after_output)
 {
     enum { MAX_DIM = 32 };

@@ -1,4 +1,4 @@
-/* The slot pool and batch validation (SPEC 3.1, 4, 10) on CPU contexts of
+/* The slot pool and batch validation (docs/reliability.md) on CPU contexts of
  * mode "native": pool accounting, exhaustion, release and reset errors,
  * NULL arguments to the pool calls, fresh slots on reuse and reset, slot
  * errors inside step batches, padding rows, non-finite inputs, prefill

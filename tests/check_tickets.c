@@ -1,4 +1,4 @@
-/* The step protocol (SPEC 4, SPEC 10) on CPU contexts of mode "native":
+/* The step protocol (docs/architecture.md) on CPU contexts of mode "native":
  * tickets (stale, repeated, foreign, forged, altered), accepted lengths,
  * incomplete forwards, pending slots, forwards open side by side, and the
  * rollback identity "verify T + commit a == a decodes".
@@ -851,8 +851,8 @@ START_TEST(test_decode_prefill_pending)
     ios_assert_sentinel(&wd, probe, 8, "decode/prefill on a pending slot");
     EXPECT(test_snapshot_take(a, sa[2], &after), SSM_OK);
     ck_assert_msg(test_snapshot_equal(&before, &after), "a rejected step changed an idle slot");
-    /* Exporting a pending slot is refused too (SPEC: canonical form only
-     * with nothing pending). */
+    /* Exporting a pending slot is refused too (a page holds the canonical
+     * form, which exists only with nothing pending). */
     test_snapshot pending;
     EXPECT(test_snapshot_take(a, sa[0], &pending), SSM_ERR_VERIFY_PENDING);
     test_snapshot_free(&pending);

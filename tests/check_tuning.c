@@ -1,4 +1,4 @@
-/* Tuning (issue 8, items 1 and 2; docs/tuning.md), everything that runs
+/* Tuning (docs/tuning.md), everything that runs
  * without a GPU:
  *
  * 1. the cache file: an entry's round trip through a line and through a
@@ -747,7 +747,7 @@ START_TEST(test_put_marks_changes)
 }
 END_TEST
 
-/* Issue 8's lost entries: two processes' caches saved one after the other
+/* No lost entries: two processes' caches saved one after the other
  * keep both; a changed entry wins over the file's, an unchanged one (as
  * loaded) never reverts the file's newer result. */
 START_TEST(test_merged_saves_keep_every_entry)
@@ -1412,7 +1412,7 @@ START_TEST(test_context_tunes_through_the_hook)
 }
 END_TEST
 
-/* Issue 8's needless re-saves: a context that finds every entry in the
+/* No needless re-saves: a context that finds every entry in the
  * cache, entries whose every candidate failed included, writes nothing and
  * asks for no scratch; the file keeps its inode and time. */
 START_TEST(test_no_save_when_nothing_changed)

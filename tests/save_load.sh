@@ -1,5 +1,5 @@
 #!/bin/sh
-# `ssmstate run --stop-after N --save DIR` and `--load DIR` (issue 6): a
+# `ssmstate run --stop-after N --save DIR` and `--load DIR` (docs/pages.md): a
 # session checkpointed in native mode and resumed in another process in
 # replay or compact mode produces every output block and final state bit for
 # bit (64-bit hashes from --hashes) as the session run in one go, and the

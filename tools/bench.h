@@ -104,9 +104,10 @@ void bench_table_free(bench_table *t);
 uint64_t bench_state_bytes(const bench_shape *s);
 
 /* Bytes a measurement had to move through device memory for `batch`
- * requests and `layers` layers: the state and history traffic of SPEC 8
- * (docs/bench.md gives each formula). Copy: read + write of the states.
- * `accepted` only matters for rounds. 0 for a mode it has no model of. */
+ * requests and `layers` layers: the state and history traffic of
+ * docs/modes.md, "Bytes each operation moves" (docs/bench.md gives each
+ * formula). Copy: read + write of the states. `accepted` only matters for
+ * rounds. 0 for a mode it has no model of. */
 uint64_t bench_floor_bytes(const bench_shape *s, const char *mode, bench_op op, int32_t batch,
                            int32_t layers, int32_t accepted);
 
@@ -115,8 +116,8 @@ uint64_t bench_floor_bytes(const bench_shape *s, const char *mode, bench_op op, 
 uint64_t bench_io_bytes(const bench_shape *s, bench_op op, int32_t batch, int32_t layers);
 
 /* Rounds between two folds of replay when every round of T tokens commits
- * `accepted` (SPEC 3.4: fold before a step when n + 2T > L). With T = 1 and
- * accepted 1 this is L - 1, the decode period. */
+ * `accepted` (the fold rule: fold before a step when n + 2T > L). With T = 1
+ * and accepted 1 this is L - 1, the decode period. */
 int32_t bench_fold_period(int32_t history, int32_t tokens, int32_t accepted);
 
 /* -------------------------------------------------------- fla's timings */

@@ -1,9 +1,10 @@
-/* The bytes a measurement had to move: SPEC 8's table made exact, one
- * function per mode. Every formula is per request and per layer, averaged
- * over replay's fold period, and counts the matrix state S and the mode's
- * history records; record sizes come from the functions the plugins size
- * their records with (kernels/record.h, kernels/replay.h). What every mode
- * moves alike (inputs, outputs, conv window) is bench_io_bytes().
+/* The bytes a measurement had to move: docs/modes.md's table of the bytes
+ * each operation moves made exact, one function per mode. Every formula is
+ * per request and per layer, averaged over replay's fold period, and counts
+ * the matrix state S and the mode's history records; record sizes come from
+ * the functions the plugins size their records with (kernels/record.h,
+ * kernels/replay.h). What every mode moves alike (inputs, outputs, conv
+ * window) is bench_io_bytes().
  * docs/bench.md states the same formulas. */
 #include <math.h>
 #include <string.h>

@@ -8,10 +8,11 @@
 
 #include "ssmstate/ssmstate.h"
 
-/* Exit codes of every subcommand (issue 2, item 6). */
+/* Exit codes of every subcommand. */
 enum {
     CLI_EXIT_OK = 0,
-    CLI_EXIT_CHECK_FAILED = 1, /* `run`: an output or state broke SPEC 3.5, or
+    CLI_EXIT_CHECK_FAILED = 1, /* `run`: an output or state broke the numerics
+                                * contract (docs/numerics.md), or
                                 * (--modes) a mode broke its relation to native */
     CLI_EXIT_USAGE = 2         /* bad usage, config, plugin, or a library error */
 };

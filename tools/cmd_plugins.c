@@ -65,7 +65,8 @@ int cli_list_plugins(const char *plugin_dir, ssm_plugin_info **out, int32_t *cou
     }
 }
 
-/* Where a mode goes in a listing: the built-in modes first, in SPEC order. */
+/* Where a mode goes in a listing: the built-in modes first, native, compact,
+ * replay. */
 static int mode_rank(const ssm_plugin_info *info)
 {
     static const char *const built_in[] = {"native", "compact", "replay"};

@@ -4,7 +4,7 @@
  * sessions run in lockstep, one forward each in turn, native first, and every
  * other mode's output blocks and final states are compared with native's as
  * they come (tools/compare.h). Exit 0 only when every mode passes its
- * reference check and stands in its SPEC 3.5 relation to native. */
+ * reference check and stands in its relation to native (docs/numerics.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Replay's fold rule (SPEC 3.4, docs/modes.md "The fold rule"), from which the
+/* Replay's fold rule (docs/modes.md, "The fold rule"), from which the
  * command derives fold counts: the library does not report folds. Shared by
  * `ssmstate run --modes` and `ssmstate serve`. */
 #ifndef SSM_TOOLS_FOLD_RULE_H

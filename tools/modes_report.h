@@ -8,7 +8,7 @@
 #include "compare.h"
 #include "session.h"
 
-/* What a mode must be to native (SPEC 3.5). */
+/* What a mode must be to native (docs/numerics.md). */
 typedef enum modes_relation {
     MODES_BASELINE,    /* native itself */
     MODES_BITWISE,     /* compact: outputs and final states bit for bit */

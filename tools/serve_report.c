@@ -117,19 +117,19 @@ static void print_sweep(const serve_table *t)
     }
 }
 
-/* The ratios issue 8's targets name (nothing without native). */
+/* The ratios the serving targets name (nothing without native). */
 static void print_ratios(const serve_table *t)
 {
     serve_ratios r = serve_report_ratios(t);
     char a[32], b[32], c[32], d[32];
     if (r.native_max == 0)
         return;
-    printf("  ratios: concurrent requests replay/native %sx (issue 8: >= 2.5x), compact/native "
+    printf("  ratios: concurrent requests replay/native %sx (target >= 2.5x), compact/native "
            "%sx (>= 3x);\n",
            number(a, sizeof a, "%.2f", r.replay_concurrent),
            number(b, sizeof b, "%.2f", r.compact_concurrent));
     printf("          tokens/s at native's largest concurrency (%d): replay/native %sx "
-           "(issue 8: >= 1.8x), compact/native %sx\n",
+           "(target >= 1.8x), compact/native %sx\n",
            r.native_max, number(c, sizeof c, "%.2f", r.replay_speed),
            number(d, sizeof d, "%.2f", r.compact_speed));
     if (isfinite(r.native_rows) && r.native_rows < 0.9 * r.native_max)

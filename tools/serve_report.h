@@ -1,5 +1,5 @@
 /* The output of `ssmstate serve`: a table per (config, state dtype) with the
- * sweep under it and the ratios issue 8's targets ask about, and the JSON
+ * sweep under it and the ratios the serving targets ask about, and the JSON
  * document of --json (docs/serve.md, "Output"). */
 #ifndef SSM_TOOLS_SERVE_REPORT_H
 #define SSM_TOOLS_SERVE_REPORT_H

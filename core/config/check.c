@@ -1,5 +1,5 @@
 /* Configuration: the checks every ssm_config must pass, whether it came from
- * a file or was filled in by the engine (SPEC 7, 10). A loaded config is
+ * a file or was filled in by the engine (docs/config.md). A loaded config is
  * checked with the lines of its keys; a struct, without. */
 
 #include "config.h" /* the build's: HAVE_CUDA */

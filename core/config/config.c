@@ -1,5 +1,6 @@
 /* Configuration: INI text to ssm_config, and the checks every ssm_config must
- * pass, whether it came from a file or was filled in by the engine (SPEC 7, 10).
+ * pass, whether it came from a file or was filled in by the engine
+ * (docs/config.md).
  *
  * This file holds the key table and the owned config form; config_parse.c
  * reads INI text and config_check.c holds the checks. */

@@ -1,4 +1,4 @@
-/* Configuration: INI text to ssm_config (SPEC 7, 10).
+/* Configuration: INI text to ssm_config (docs/config.md).
  *
  * inih splits lines into sections and `key = value` pairs, but its handler is
  * not told the line number, it reports no section headers, and it forgives

@@ -1,9 +1,10 @@
-/* State pages (SPEC 5, issue 6): a slot's canonical form behind a
- * self-describing, checksummed header. docs/pages.md gives the layout byte
- * by byte; this file writes and reads it, and holds the page to the context
- * before anything is loaded (slices and merges: core/pages/slice.c). Host-memory pages, of CPU contexts and of CUDA
- * contexts: those go through a device staging buffer (core/pages/staging.c),
- * a batch at once through the device pages' kernels (core/pages/device_memory.c). */
+/* State pages: a slot's canonical form behind a self-describing, checksummed
+ * header. docs/pages.md gives the layout byte by byte; this file writes and
+ * reads it, and holds the page to the context before anything is loaded (slices
+ * and merges: core/pages/slice.c). Host-memory pages, of CPU contexts and of
+ * CUDA contexts: those go through a device staging buffer
+ * (core/pages/staging.c), a batch at once through the device pages' kernels
+ * (core/pages/device_memory.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Tensor-parallel pages (SPEC 5, issue 6; docs/pages.md, "Tensor-parallel
+/* Tensor-parallel pages (docs/pages.md, "Tensor-parallel
  * slices"): a page cut down to a whole-group slice of its value heads, and
  * ranks' pages merged back into one, each checked whole before a byte is
  * written. */

@@ -1,4 +1,4 @@
-/* Host pages of a CUDA context (issue 6): the payload passes through a
+/* Host pages of a CUDA context (docs/pages.md): the payload passes through a
  * staging buffer in the context's device memory, because a mode's
  * export_slot and import_slot read and write canonical forms in the
  * context's memory space (plugin_v1.h). core/pages/page.c checks and seals the

@@ -1,7 +1,7 @@
-/* The native mode (SPEC 3.2): per slot, one full state per verify position
+/* The native mode (docs/modes.md): per slot, one full state per verify position
  * (1 + max draft) and the index of the current one. Verify writes the state
- * after token t into snapshot t; commit of a makes snapshot a-1 current
- * without copying; decode updates the current snapshot in place.
+ * after token t into snapshot t; commit of a makes snapshot a-1 current without
+ * copying; decode updates the current snapshot in place.
  *
  * The conv window of each (slot, layer) is kept with a tail: W-1 window rows
  * followed by T_max rows where a verify puts its inputs, so a commit of any

@@ -1,13 +1,13 @@
-/* The replay mode (SPEC 3.4): per slot and layer a checkpoint state, a history
- * of up to L token records and a cursor n (records committed since the
+/* The replay mode (docs/modes.md): per slot and layer a checkpoint state, a
+ * history of up to L token records and a cursor n (records committed since the
  * checkpoint). Decode and verify are output-only (kernels/replay.h): they read
- * the checkpoint and the records, append one record per token after the
- * cursor, and never write the checkpoint; commit of a moves the cursor by a,
- * so rejected records are overwritten by the next step. A step that could
- * overflow the history (n + 2T > L) first folds: the n committed raw records
- * go through ssm_record_apply, native's update, into the checkpoint, which is
- * then native's state at that token bit for bit, and n returns to 0. A fold
- * changes no logical state, so it may happen whenever it is convenient.
+ * the checkpoint and the records, append one record per token after the cursor,
+ * and never write the checkpoint; commit of a moves the cursor by a, so
+ * rejected records are overwritten by the next step. A step that could overflow
+ * the history (n + 2T > L) first folds: the n committed raw records go through
+ * ssm_record_apply, native's update, into the checkpoint, which is then
+ * native's state at that token bit for bit, and n returns to 0. A fold changes
+ * no logical state, so it may happen whenever it is convenient.
  *
  * The cursor is per (slot, layer) because each layer is stepped by its own
  * call: a layer folds when its own history is full. The conv window is the

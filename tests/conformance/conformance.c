@@ -94,11 +94,11 @@ START_TEST(test_many_rounds)
 }
 END_TEST
 
-/* Export never changes a slot (SPEC 5): two contexts of the plugin run the
- * same steps, one exported after every step and one never until the end;
- * on the CPU both compute the same outputs bit for bit, and the same export
- * at the end. (A history mode that folded into the slot on export would
- * compute other outputs from then on.) */
+/* Export never changes a slot (docs/pages.md): two contexts of the plugin run
+ * the same steps, one exported after every step and one never until the end; on
+ * the CPU both compute the same outputs bit for bit, and the same export at the
+ * end. (A history mode that folded into the slot on export would compute other
+ * outputs from then on.) */
 START_TEST(test_export_read_only)
 {
     session s;

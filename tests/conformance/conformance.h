@@ -1,7 +1,7 @@
 /* The conformance suite: what any mode plugin must do, checked against the
  * CPU reference (kernels/reference.h) at the numerics contract's bounds for
  * one device (tests/spec_bounds.h, docs/numerics.md), plus every protocol
- * error of SPEC 10.
+ * error of the bad-input rules (docs/reliability.md).
  *
  * A `session` is one CPU context of the plugin under test with the
  * reference's state per slot (reference.c); the operations below

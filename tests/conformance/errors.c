@@ -1,10 +1,10 @@
-/* The protocol errors of SPEC 4 and 10 against the plugin under test. Each
+/* The protocol errors (docs/reliability.md) against the plugin under test. Each
  * check injects bad calls into a live session and proves three things: the
- * exact status code; nothing written (idle slots exported before and after
- * are bit-identical, output buffers keep their sentinel, a rejected verify
- * leaves its ticket as it was); and the slots of the forward that was open
- * around the bad call commit to exactly what the reference says, so the bad
- * call left no trace there either. The session goes on afterwards. */
+ * exact status code; nothing written (idle slots exported before and after are
+ * bit-identical, output buffers keep their sentinel, a rejected verify leaves
+ * its ticket as it was); and the slots of the forward that was open around the
+ * bad call commit to exactly what the reference says, so the bad call left no
+ * trace there either. The session goes on afterwards. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

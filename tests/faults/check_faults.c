@@ -1,9 +1,9 @@
-/* Allocation faults (issue 7, SPEC 10 "allocation failure: error code; the
- * context stays usable"). The core's allocator (core/faults.h) fails the
- * Nth allocation, N = 1, 2, ... until an operation runs out of allocations
- * to fail (faults_walk). For every fault: SSM_ERR_OUT_OF_MEMORY with a
- * message, no allocation left behind, and the objects made before work as
- * they did:
+/* Allocation faults (docs/reliability.md: an allocation that fails returns an
+ * error code; the context stays usable). The core's allocator (core/faults.h)
+ * fails the Nth allocation, N = 1, 2, ... until an operation runs out of
+ * allocations to fail (faults_walk). For every fault: SSM_ERR_OUT_OF_MEMORY
+ * with a message, no allocation left behind, and the objects made before work
+ * as they did:
  *
  * - ssm_ctx_create (config clone, plugin resolution, slot tables, tickets,
  *   the plugin's create through the services) in every mode, GDN and KDA,

@@ -1,5 +1,5 @@
-/* Shared parts of the fault-injection suite (issue 7): the walk over
- * allocation faults, the per-operation tally and a decode probe. */
+/* Shared parts of the fault-injection suite (docs/reliability.md): the walk
+ * over allocation faults, the per-operation tally and a decode probe. */
 #ifndef SSM_TESTS_FAULTS_H
 #define SSM_TESTS_FAULTS_H
 

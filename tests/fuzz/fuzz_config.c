@@ -1,5 +1,5 @@
-/* Fuzzing the INI config loader (issue 7): the input is a config file.
- * It is parsed from memory (ssm_config_parse_text) and loaded as a file
+/* Fuzzing the INI config loader (docs/reliability.md): the input is a config
+ * file. It is parsed from memory (ssm_config_parse_text) and loaded as a file
  * (ssm_config_load, through a memfd), and both must agree. An accepted config
  * must lie within docs/config.md's limits, clone and re-validate, and, for the
  * built-in modes, plan without a size that wraps. */

@@ -1,9 +1,9 @@
-/* Fuzzing batch and ticket validation (issue 7): a program of step calls
- * decoded from the input runs against a small CPU context (4 slots, 2
- * layers, up to 4 tokens per verify): acquire, release, reset, prefill,
- * decode, verify, commit and abort with slots, lengths, accepted counts and
- * tickets taken from the input, tickets tampered with, slot buffers changed
- * under an open forward, NaN inputs, page round trips and slot copies.
+/* Fuzzing batch and ticket validation (docs/reliability.md): a program of step
+ * calls decoded from the input runs against a small CPU context (4 slots, 2
+ * layers, up to 4 tokens per verify): acquire, release, reset, prefill, decode,
+ * verify, commit and abort with slots, lengths, accepted counts and tickets
+ * taken from the input, tickets tampered with, slot buffers changed under an
+ * open forward, NaN inputs, page round trips and slot copies.
  *
  * The harness keeps its own model of the protocol (acquired slots, open
  * forwards and their verified layers, pending slots) and checks: each call

@@ -1,8 +1,8 @@
 /* The GPU's chunked recurrence in both forms, chunk.cuh's kernel on CUDA
  * cores and chunk_tc.cuh's pair on tensor cores, against the CPU's
  * (kernels/chunk.c, the same algebra) and against the token-by-token
- * recurrence in fp64 without rounding (SPEC 3.5's chunked-prefill bound,
- * relative RMS <= 5e-3).
+ * recurrence in fp64 without rounding (the numerics contract's
+ * chunked-prefill bound, relative RMS <= 5e-3).
  *
  * Each case runs a batch of three rows through one layer's heads: one of the
  * case's length, one of about half of it (a variable-length batch) and one
@@ -313,7 +313,7 @@ void cpu_chunked(const Batch &b, std::vector<float> &out, std::vector<float> &S)
         }
 }
 
-/* SPEC 2.2 step 4 token by token in fp64, no rounding, every live (row, head). */
+/* The recurrence token by token in fp64, no rounding, each live (row, head). */
 void fp64_sequential(const Batch &b, std::vector<double> &out, std::vector<double> &S)
 {
     const Case &c = b.cs;
@@ -433,8 +433,8 @@ int main()
             std::vector<float> out, S, out_split, S_split;
             bool ran = gpu_batch(b, tensor_cores, 0, out, S) &&
                        gpu_batch(b, tensor_cores, SSM_CHUNK_TOKENS, out_split, S_split);
-            /* 3xTF32 products: as close as the CUDA-core form, within SPEC
-               3.5's 1e-5 for an fp32 state (measured at most 1.8e-6) */
+            /* 3xTF32 products: as close as the CUDA-core form, within the
+               contract's 1e-5 for an fp32 state (measured at most 1.8e-6) */
             double cpu_limit = c.bf16_state ? 2e-3 : 1e-5;
             double o_cpu = ran ? rel_rms(b, out, out_cpu, true) : NAN;
             double s_cpu = ran ? rel_rms(b, S, S_cpu, false) : NAN;

@@ -1,4 +1,4 @@
-/* The three modes on a CUDA context (issue 4, item 3; SPEC 3.5, 4, 10),
+/* The three modes on a CUDA context (docs/numerics.md, docs/reliability.md),
  * against the CPU reference and against each other, on fresh random inputs:
  *
  * 1. modes: a CPU context of the native mode (the reference), a CUDA native
@@ -46,7 +46,7 @@
  *    that slot SSM_FLAG_NONFINITE_INPUT and no other, whose outputs still
  *    match. A reset clears the flags.
  * 5. long prompt: as 1, two lanes prefill 4096 and 300 tokens over 2 to 5
- *    calls (issue 5), exports compared after every call, then decodes and
+ *    calls, exports compared after every call, then decodes and
  *    verifies from there; every mode, Qwen3-Next's head shape with an fp32
  *    state and KDA with the lower bound with a bf16 state.
  * 6. another mode's section: as 1 for native and compact, every config with
@@ -75,7 +75,7 @@
 
 #define MAX_PREFILL 12
 #define LONG_PREFILL 150 /* past two of the chunked prefill's pieces of 64 */
-#define LONG_PROMPT 4096 /* issue 5's longest prompt (case 5) */
+#define LONG_PROMPT 4096 /* the longest prompt of the prefill tests (case 5) */
 #define SESSION_OPS 14
 #define GRAPH_ROUNDS 24
 

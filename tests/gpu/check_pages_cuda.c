@@ -1,4 +1,4 @@
-/* Host pages of CUDA contexts (issue 6, part 2; docs/pages.md): export and
+/* Host pages of CUDA contexts (docs/pages.md): export and
  * import of one slot and of batches, every mode, against CPU contexts. On
  * fresh random inputs, GDN (GVA, 3 layers) and KDA (with the gate's lower
  * bound), fp32 and bf16 state; for each, the mode A of the CUDA context

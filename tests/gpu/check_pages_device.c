@@ -1,4 +1,4 @@
-/* Pages in device memory (issue 6 item 2; docs/pages.md, "Device pages"):
+/* Pages in device memory (docs/pages.md, "Device pages"):
  * ssm_slots_export_pages_device and ssm_slots_import_pages_device on CUDA
  * contexts of every mode, GDN (GVA, 3 layers) and KDA (lower bound), fp32
  * and bf16 state, on fresh random inputs. Each case opens a

@@ -1,4 +1,4 @@
-/* Tuning on the GPU (issue 8, items 1 and 2; docs/tuning.md). On a GDN shape
+/* Tuning on the GPU (docs/tuning.md). On a GDN shape
  * with GVA (2 layers, H 2, HV 4, K 64, V 32), T_max 4, 6 slots:
  *
  * 1. the serving pool is untouched by tuning: per mode, a context with live

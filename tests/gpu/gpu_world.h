@@ -211,11 +211,11 @@ void step_free(world *w, step *st);
 
 /* ------------------------------------------------------------ comparisons */
 
-/* Every pair's outputs of a fetched step, row block by row block: live rows
- * by the pair's rule (RULE_BITWISE: finite and bit-identical; RULE_BOUND:
- * SPEC 3.5 per block, into the pair's totals, then world_check_totals);
- * padding rows, when both sides are on one device, bit for bit (untouched
- * alike); rows in `skip` not at all. */
+/* Every pair's outputs of a fetched step, row block by row block: live rows by
+ * the pair's rule (RULE_BITWISE: finite and bit-identical; RULE_BOUND: the
+ * numerics contract per block, into the pair's totals, then
+ * world_check_totals); padding rows, when both sides are on one device, bit for
+ * bit (untouched alike); rows in `skip` not at all. */
 int world_compare_outputs(world *w, step *st);
 
 /* The whole-output bound of every pair's totals: once a layer holds

@@ -1,9 +1,9 @@
-/* The model of a context's ticket book (SPEC 4; core/tickets.c is the
- * implementation): forwards are numbered 1, 2, ... as verifies open them and
- * kept in a ring of ST_BOOK_RING; a ticket presented later is current
+/* The model of a context's ticket book (docs/architecture.md; core/tickets.c is
+ * the implementation): forwards are numbered 1, 2, ... as verifies open them
+ * and kept in a ring of ST_BOOK_RING; a ticket presented later is current
  * (open), repeated (committed, its rows not verified or made fresh since),
- * stale (overtaken by a newer verify or a decode over one of its slots, a
- * reset or release of one, an abort, or fallen out of the ring) or foreign (another
+ * stale (overtaken by a newer verify or a decode over one of its slots, a reset
+ * or release of one, an abort, or fallen out of the ring) or foreign (another
  * context, a number never issued, an altered shape). */
 #include <string.h>
 

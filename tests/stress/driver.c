@@ -1,4 +1,5 @@
-/* check_stress: model-based random sessions against every mode (issue 7).
+/* check_stress: model-based random sessions against every mode
+ * (docs/reliability.md).
  *
  * From a seed, each session draws a small model (GDN or KDA, GVA or not,
  * fp32 or bf16 state and activations, 1 to 3 layers, 3 to 6 slots, verify
@@ -73,7 +74,7 @@ static void print_summary(const st_counts *c, int failed, double seconds)
            (long long)c->sessions, (long long)c->ops, (long long)c->calls, (long long)errors,
            (long long)failed, seconds);
     printf("# stress: %lld verify rounds, %lld prefill tokens, %lld pages moved, %lld copies, "
-           "%lld aborts; largest share of a SPEC 3.5 relative-RMS bound used: outputs %.2g, "
+           "%lld aborts; largest share of a relative-RMS bound used: outputs %.2g, "
            "states %.2g\n",
            (long long)c->verify_rounds, (long long)c->prefill_tokens, (long long)c->page_moves,
            (long long)c->copies, (long long)c->aborts, c->worst_out, c->worst_state);

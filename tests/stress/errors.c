@@ -1,4 +1,4 @@
-/* Protocol errors (SPEC 4 and 10) injected into a live session. Each one
+/* Protocol errors (docs/reliability.md) injected into a live session. Each one
  * prepares what it needs with ordinary operations, then makes its bad
  * calls and proves: the exact status (for tickets, the one the model of the
  * book predicts); nothing written: every idle slot of both contexts exports

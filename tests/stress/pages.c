@@ -2,7 +2,7 @@
  * context or of the peer (another mode), one at a time or batched, and pages
  * saved as checkpoints and restored later. Every page is checked to be the
  * slot's canonical export byte for byte, and a page re-exported after its
- * import to be the same bytes (SPEC 5: mode-independent, bit for bit). */
+ * import to be the same bytes (pages are mode-independent, bit for bit). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,5 @@
-/* Model-based stress sessions (issue 7): the types every part shares.
+/* Model-based stress sessions (docs/reliability.md): the types every part
+ * shares.
  *
  * A session is one small random model (GDN or KDA, GVA, fp32/bf16 state and
  * activations) served by two CPU contexts: `c[0]` of the mode under test and
@@ -173,7 +174,7 @@ void st_model_load(st_session *s, int ci, int32_t slot, const unsigned char *lan
 void st_model_row(st_session *s, int ci, int32_t slot, int32_t l, const ssm_step_io *io,
                   int64_t n, int64_t keep, int prefill);
 /* Exports the slot and compares it with the lane (window bitwise, state
- * within SPEC 3.5). */
+ * within the numerics contract). */
 void st_model_check_slot(st_session *s, int ci, int32_t slot);
 /* Holds the context's outputs so far to the whole-output bound. */
 void st_model_check_totals(st_session *s, int ci, int final);
@@ -246,7 +247,7 @@ void st_pages_free(st_session *s);
 
 /* ------------------------------------------------------------ errors.c */
 
-/* One protocol error of SPEC 4 and 10, chosen at random, proved to return
+/* One protocol error (docs/reliability.md), chosen at random, proved to return
  * its code and change nothing. */
 int op_error(st_session *s);
 

@@ -1,5 +1,5 @@
-/* dlopen/dlclose cycles (issue 7): contexts of every mode created and
- * destroyed CYCLES times, from the example files and from a struct whose
+/* dlopen/dlclose cycles (docs/reliability.md): contexts of every mode created
+ * and destroyed CYCLES times, from the example files and from a struct whose
  * other mode section loads a second plugin, a create refused by a plugin,
  * plans, plugin listings and the loader's refusals of broken plugins: each
  * loads and unloads plugin files. Under LeakSanitizer (configure

@@ -1,4 +1,4 @@
-/* Threads (issue 7): ssmstate.h's guarantee. Separate contexts run
+/* Threads (docs/reliability.md): ssmstate.h's guarantee. Separate contexts run
  * concurrently from separate threads, plugins load concurrently, and
  * ssm_last_error() is per thread.
  * - sessions: THREADS threads each run every job (a mode, a model kind and
