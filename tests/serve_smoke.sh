@@ -58,7 +58,7 @@ report $? "a table line with a passed check per mode and dtype"
 
 grep -q "ratios: concurrent requests replay/native [0-9.]*x" "$tmp/out" &&
     grep -q "tokens/s at native's largest concurrency" "$tmp/out"
-report $? "the ratios the issue's targets ask about"
+report $? "the ratios the serving targets ask about"
 
 [ "$(grep -c "^  check [a-z]*: [0-9]* requests .* against cpu native: .*bit-identical.*: pass$" \
     "$tmp/out")" -eq 6 ]

@@ -1,5 +1,5 @@
-/* `ssmstate serve CONFIG... [options]`: the streamed serving benchmark of
- * issue 8 (docs/serve.md). Per config, state dtype and mode: what a request's
+/* `ssmstate serve CONFIG... [options]`: the streamed serving benchmark
+ * (docs/serve.md). Per config, state dtype and mode: what a request's
  * state costs and how many requests a state budget holds, then a stream of
  * seeded requests (Poisson arrivals, chunked prefill, MTP rounds of T = 4,
  * slots released and reused) at a sweep of concurrency caps, timed per step;
