@@ -46,12 +46,21 @@ static void setup(void)
     ssm_model_dims kda = {SSM_MODEL_KDA, 1, 1, 2, 4, 4, 2, 1, -5.0f};
     ssm_head_slice slice = {2, 4, 2};
     for (int i = 0; i < 3; i++)
-        contexts[i] = (page_ctx){fuzz_ctx(&gdn, fuzz_modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 2, 1,
-                                          NULL), 0, 0, 2};
-    contexts[3] = (page_ctx){fuzz_ctx(&rank, "native", SSM_DTYPE_BF16, SSM_DTYPE_F32, 2, 1,
-                                      &slice), 0, 2, 4};
-    contexts[4] = (page_ctx){fuzz_ctx(&kda, "replay", SSM_DTYPE_BF16, SSM_DTYPE_BF16, 2, 1,
-                                      NULL), 0, 0, 2};
+        contexts[i] = (page_ctx){
+            .ctx = fuzz_ctx(&gdn, fuzz_modes[i], SSM_DTYPE_F32, SSM_DTYPE_F32, 2, 1, NULL),
+            .head_first = 0,
+            .head_end = 2,
+        };
+    contexts[3] = (page_ctx){
+        .ctx = fuzz_ctx(&rank, "native", SSM_DTYPE_BF16, SSM_DTYPE_F32, 2, 1, &slice),
+        .head_first = 2,
+        .head_end = 4,
+    };
+    contexts[4] = (page_ctx){
+        .ctx = fuzz_ctx(&kda, "replay", SSM_DTYPE_BF16, SSM_DTYPE_BF16, 2, 1, NULL),
+        .head_first = 0,
+        .head_end = 2,
+    };
     for (int i = 0; i < CONTEXTS; i++) {
         FUZZ_CHECK(ssm_slot_acquire(contexts[i].ctx, &contexts[i].slot) == SSM_OK);
         FUZZ_CHECK(ssm_slot_reset(contexts[i].ctx, contexts[i].slot, NULL) == SSM_OK);
