@@ -10,8 +10,10 @@ cd "$(dirname "$0")"
 verb=${1:-build}
 shift || true
 
+# python3-matplotlib only draws serve's figures (bench/plot_serve.py) and runs
+# their test; nothing builds with it, and without it that test reports SKIP.
 packages=(build-essential autoconf automake libtool pkg-config libinih-dev check
-          python3 python3-numpy python3-pytest)
+          python3 python3-numpy python3-pytest python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,60 +1,15 @@
-/* Units of `ssmstate serve` (issue 8, item 3; the PNG encoder has
- * tests/check_png_encode.c):
- * - tools/chart.c and tools/plot.c: tick steps, tick labels, a line's pixels;
- * - tools/serve_workload.c: determinism (same seed, same numbers, whatever
- *   the order of the questions), Poisson arrivals (mean gap 1 / rate, counts
- *   with mean and variance rate * time), the acceptance model's distribution
- *   P(a = k) = p^(k-1) (1 - p) for k < T and p^(T-1) for k = T, and the
- *   prompt and output length distributions. */
+/* Units of `ssmstate serve`: its seeded workload (tools/serve_workload.c):
+ * determinism (same seed, same numbers, whatever the order of the
+ * questions), Poisson arrivals (mean gap 1 / rate, counts with mean and
+ * variance rate * time), the acceptance model's distribution
+ * P(a = k) = p^(k-1) (1 - p) for k < T and p^(T-1) for k = T, and the
+ * prompt and output length distributions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/runner.h"
-#include "tools/chart.h"
-#include "tools/plot.h"
 #include "tools/serve_workload.h"
-
-/* ---------------------------------------------------------- plot, chart */
-
-START_TEST(chart_ticks_and_labels)
-{
-    char label[32];
-    ck_assert_double_eq_tol(chart_nice_step(12345.0, 5), 5000.0, 1e-9);
-    ck_assert_double_eq_tol(chart_nice_step(10.0, 5), 2.0, 1e-12);
-    ck_assert_double_eq_tol(chart_nice_step(0.9, 3), 0.5, 1e-12);
-    chart_format_number(512, label, sizeof label);
-    ck_assert_str_eq(label, "512");
-    chart_format_number(25000, label, sizeof label);
-    ck_assert_str_eq(label, "25000");
-    chart_format_number(250000, label, sizeof label);
-    ck_assert_str_eq(label, "250k");
-    chart_format_number(1500000, label, sizeof label);
-    ck_assert_str_eq(label, "1.5M");
-    chart_format_number(0.25, label, sizeof label);
-    ck_assert_str_eq(label, "0.25");
-}
-END_TEST
-
-START_TEST(plot_draws_clipped)
-{
-    plot_canvas c;
-    ck_assert_int_eq(plot_canvas_create(&c, 10, 5, 0), 0);
-    plot_line(&c, -3, 2, 20, 2, 7, 1); /* clipped to the canvas */
-    int set = 0;
-    for (int i = 0; i < 50; i++)
-        set += c.pixels[i] == 7;
-    ck_assert_int_eq(set, 10);
-    for (int x = 0; x < 10; x++)
-        ck_assert_uint_eq(c.pixels[2 * 10 + x], 7);
-    plot_text(&c, 0, 0, "|", 9, 1); /* the bar: column 2, rows 0..6 (clipped at 4) */
-    ck_assert_uint_eq(c.pixels[0 * 10 + 2], 9);
-    ck_assert_uint_eq(c.pixels[4 * 10 + 2], 9);
-    ck_assert_uint_eq(c.pixels[0 * 10 + 1], 0);
-    ck_assert_int_eq(plot_text_width("ab", 2), 22);
-    plot_canvas_destroy(&c);
-}
-END_TEST
 
 /* ------------------------------------------------------------ workload */
 
@@ -164,10 +119,6 @@ END_TEST
 Suite *make_suite(void)
 {
     Suite *s = suite_create("serve_units");
-    TCase *plot = tcase_create("plot");
-    tcase_add_test(plot, chart_ticks_and_labels);
-    tcase_add_test(plot, plot_draws_clipped);
-    suite_add_tcase(s, plot);
     TCase *work = tcase_create("workload");
     tcase_add_test(work, workload_is_deterministic);
     tcase_add_test(work, arrivals_are_poisson);

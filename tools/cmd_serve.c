@@ -21,7 +21,6 @@
 #include "serve_check.h"
 #include "serve_device.h"
 #include "serve_mode.h"
-#include "serve_plot.h"
 #include "serve_report.h"
 
 enum { MAX_CONFIGS = 8 };
@@ -31,7 +30,7 @@ static const char usage_line[] =
     "[--state-budget SIZE] [--concurrency LIST] [--steps N] [--warmup-steps N] [--check N] "
     "[--check-layers ends|all|LIST] [--check-threads N] "
     "[--seed N] [--rate R|auto] [--prompt MIN:MAX] [--output MIN:MAX] [--chunk N] "
-    "[--accept P] [--json FILE] [--plot FILE.png] [--quiet]";
+    "[--accept P] [--json FILE] [--quiet]";
 
 static const char help_text[] =
     "Streams seeded requests through a context of each mode, as an engine serves them\n"
@@ -63,13 +62,13 @@ static const char help_text[] =
     "  --output MIN:MAX     output lengths, uniform (default 64:512; CPU 16:64)\n"
     "  --chunk N            prompt tokens prefilled per step (default 512; CPU 128)\n"
     "  --accept P           chance each draft token is accepted (default 0.7)\n"
-    "  --json FILE          write the results as one JSON document\n"
-    "  --plot FILE.png      write tokens/s against concurrency, a line per mode\n"
+    "  --json FILE          write the results as one JSON document (figures:\n"
+    "                       bench/plot_serve.py FILE)\n"
     "  --quiet              no progress lines on stderr\n"
     "\n"
     "On the CPU the defaults marked CPU apply: examples/serve-tiny.ini then runs in\n"
-    "well under a minute. Ctrl-C stops the run at the end of a step: the tables,\n"
-    "--json and --plot then hold what was measured until then.\n"
+    "well under a minute. Ctrl-C stops the run at the end of a step: the tables\n"
+    "and --json then hold what was measured until then.\n"
     "\n"
     "exit status: 0 ok, 1 a cross-check failed, 2 bad usage or a mode could not run,\n"
     "77 --device cuda without a CUDA build or a visible GPU, 130 interrupted (Ctrl-C)\n";
@@ -220,8 +219,7 @@ static unsigned given_bit(int opt)
 }
 
 /* One option; returns 0, or -1 for a bad value. */
-static int parse_option(int opt, char *arg, serve_options *o, const char **json,
-                        const char **plot)
+static int parse_option(int opt, char *arg, serve_options *o, const char **json)
 {
     long seed;
     switch (opt) {
@@ -253,16 +251,15 @@ static int parse_option(int opt, char *arg, serve_options *o, const char **json,
     case 'C': return parse_int(arg, 1, 1 << 20, &o->chunk);
     case 'a': return parse_double(arg, 0.0, 1.0, &o->workload.accept);
     case 'j': *json = arg; return 0;
-    case 'P': *plot = arg; return 0;
     case 'q': o->quiet = 1; return 0;
     default: return -1;
     }
 }
 
-/* Parses argv into o, the config paths and the output files; returns
+/* Parses argv into o, the config paths and the JSON file; returns
  * CLI_EXIT_OK, PARSED_HELP, or an exit code after printing the error. */
 static int parse_arguments(int argc, char **argv, serve_options *o, const char **configs,
-                           int *config_count, const char **json, const char **plot)
+                           int *config_count, const char **json)
 {
     static const struct option options[] = {
         {"modes", required_argument, NULL, 'm'},
@@ -282,7 +279,6 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
         {"chunk", required_argument, NULL, 'C'},
         {"accept", required_argument, NULL, 'a'},
         {"json", required_argument, NULL, 'j'},
-        {"plot", required_argument, NULL, 'P'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -299,7 +295,7 @@ static int parse_arguments(int argc, char **argv, serve_options *o, const char *
         if (opt == '?' || opt == ':')
             return cli_usage(usage_line, argv[optind - 1]);
         snprintf(shown, sizeof shown, "%s", optarg ? optarg : "");
-        if (parse_option(opt, optarg, o, json, plot) != 0)
+        if (parse_option(opt, optarg, o, json) != 0)
             return cli_usage(usage_line, shown);
         given |= given_bit(opt);
     }
@@ -413,38 +409,29 @@ static int tables_exit_code(const serve_table *tables, int32_t count)
     return code;
 }
 
-/* --json and --plot; CLI_EXIT_OK, or an exit code after printing why. */
-static int write_outputs(const serve_table *tables, int32_t count, const serve_options *o,
-                         const char *json_path, const char *plot_path)
+/* --json; CLI_EXIT_OK, or an exit code after printing why. */
+static int write_json(const serve_table *tables, int32_t count, const serve_options *o,
+                      const char *json_path)
 {
-    char error[512];
-    if (json_path) {
-        FILE *f = fopen(json_path, "w");
-        if (!f)
-            return cli_fail("serve: --json %s: cannot write: %s", json_path, strerror(errno));
-        int status = serve_report_json(f, tables, count, o);
-        if (fclose(f) != 0 || status != 0)
-            return cli_fail("serve: --json %s: write failed", json_path);
-    }
-    if (plot_path &&
-        serve_plot_write(plot_path, tables, count, o->states_count, error, sizeof error) != 0)
-        return cli_fail("serve: --plot %s", error);
+    FILE *f = fopen(json_path, "w");
+    if (!f)
+        return cli_fail("serve: --json %s: cannot write: %s", json_path, strerror(errno));
+    int status = serve_report_json(f, tables, count, o);
+    if (fclose(f) != 0 || status != 0)
+        return cli_fail("serve: --json %s: write failed", json_path);
     return CLI_EXIT_OK;
 }
 
 int cmd_serve(int argc, char **argv)
 {
     serve_options o;
-    const char *configs[MAX_CONFIGS], *json_path = NULL, *plot_path = NULL;
+    const char *configs[MAX_CONFIGS], *json_path = NULL;
     int config_count = 0;
-    int exit_code =
-        parse_arguments(argc, argv, &o, configs, &config_count, &json_path, &plot_path);
+    int exit_code = parse_arguments(argc, argv, &o, configs, &config_count, &json_path);
     if (exit_code != CLI_EXIT_OK)
         return exit_code == PARSED_HELP ? CLI_EXIT_OK : exit_code;
     /* before the run, not after it: its results would be lost */
     if (json_path && (exit_code = cli_check_writable("--json", json_path)) != CLI_EXIT_OK)
-        return exit_code;
-    if (plot_path && (exit_code = cli_check_writable("--plot", plot_path)) != CLI_EXIT_OK)
         return exit_code;
     const int32_t count = config_count * o.states_count;
     serve_table *tables = calloc((size_t)count, sizeof *tables);
@@ -460,8 +447,8 @@ int cmd_serve(int argc, char **argv)
             done += printed;
     }
     serve_release_interrupt();
-    if (done > 0) {
-        int written = write_outputs(tables, done, &o, json_path, plot_path);
+    if (done > 0 && json_path) {
+        int written = write_json(tables, done, &o, json_path);
         if (exit_code == CLI_EXIT_OK)
             exit_code = written;
     }
@@ -469,8 +456,8 @@ int cmd_serve(int argc, char **argv)
         exit_code = tables_exit_code(tables, done);
     if (serve_interrupted) {
         fprintf(stderr, "ssmstate: serve: interrupted (Ctrl-C): what was measured until then "
-                        "is above%s%s\n",
-                json_path ? ", in --json" : "", plot_path ? ", in --plot" : "");
+                        "is above%s\n",
+                json_path ? ", in --json" : "");
         exit_code = SERVE_EXIT_INTERRUPTED;
     }
     free(tables);
