@@ -58,21 +58,6 @@ size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status compact_cuda_create(compact_mode *c);
 void compact_cuda_destroy(compact_mode *c);
-ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step);
-ssm_status compact_cuda_decode(compact_mode *c, const ssm_step_v1 *step);
-ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *step);
-ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *commit);
-ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream);
-ssm_status compact_cuda_export(compact_mode *c, int32_t slot, const ssm_canonical_v1 *dst,
-                               void *stream);
-ssm_status compact_cuda_import(compact_mode *c, int32_t slot, const ssm_canonical_v1 *src,
-                               void *stream);
-ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream);
-ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, void *stream);
-ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count, const int32_t *slots,
-                                     const ssm_page_view_v1 *views, const uint32_t *refused,
-                                     void *stream);
 
 /* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
  * plugin_v1.h, through plugins/common/tune_entries.h). */

@@ -65,18 +65,21 @@ static ssm_status run_in_place(compact_mode *c, const ssm_step_v1 *step)
     return launch_in_place(G(c), step, c->conv, c->states, 1, NULL, c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_prefill(compact_mode *c, const ssm_step_v1 *step)
+static ssm_status cuda_prefill(void *instance, const ssm_step_v1 *step)
 {
+    compact_mode *c = (compact_mode *)instance;
     return run_in_place(c, step);
 }
 
-extern "C" ssm_status compact_cuda_decode(compact_mode *c, const ssm_step_v1 *step)
+static ssm_status cuda_decode(void *instance, const ssm_step_v1 *step)
 {
+    compact_mode *c = (compact_mode *)instance;
     return run_in_place(c, step);
 }
 
-extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *step)
+static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
 {
+    compact_mode *c = (compact_mode *)instance;
     gpu_common &g = G(c);
     tile_args ta = tile_for(g, step->rows, step->slots, step->layer, c->states, 1);
     tile_step_tokens(ta, step);
@@ -98,8 +101,9 @@ extern "C" ssm_status compact_cuda_verify(compact_mode *c, const ssm_step_v1 *st
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *commit)
+static ssm_status cuda_commit(void *instance, const ssm_commit_v1 *commit)
 {
+    compact_mode *c = (compact_mode *)instance;
     gpu_common &g = G(c);
     tile_args ta = tile_for(g, commit->rows, commit->slots, -1, c->states, 1);
     uint8_t *records;
@@ -117,8 +121,9 @@ extern "C" ssm_status compact_cuda_commit(compact_mode *c, const ssm_commit_v1 *
     return launch_tile(g, ta, commit->stream, c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *stream)
+static ssm_status cuda_reset(void *instance, int32_t slot, void *stream)
 {
+    compact_mode *c = (compact_mode *)instance;
     int32_t layers = c->base.params.model.layers;
     ssm_status st = gpu_zero(compact_state(c, slot, 0), (size_t)layers * c->state_bytes, stream,
                              c->base.services);
@@ -128,9 +133,10 @@ extern "C" ssm_status compact_cuda_reset(compact_mode *c, int32_t slot, void *st
     return st != SSM_OK ? st : gpu_reset_arrivals(G(c), slot, stream, c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_export(compact_mode *c, int32_t slot,
-                                          const ssm_canonical_v1 *dst, void *stream)
+static ssm_status cuda_export(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream)
 {
+    compact_mode *c = (compact_mode *)instance;
     ssm_status st = SSM_OK;
     for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(dst->state[l], compact_state(c, slot, l), c->state_bytes, stream,
@@ -140,10 +146,11 @@ extern "C" ssm_status compact_cuda_export(compact_mode *c, int32_t slot,
                                            c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_import(compact_mode *c, int32_t slot,
-                                          const ssm_canonical_v1 *src, void *stream)
+static ssm_status cuda_import(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream)
 {
-    ssm_status st = compact_cuda_reset(c, slot, stream);
+    compact_mode *c = (compact_mode *)instance;
+    ssm_status st = cuda_reset(c, slot, stream);
     for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(compact_state(c, slot, l), src->state[l], c->state_bytes, stream,
                       c->base.services);
@@ -152,9 +159,10 @@ extern "C" ssm_status compact_cuda_import(compact_mode *c, int32_t slot,
                                            c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_copy(compact_mode *c, int32_t src, int32_t dst, void *stream)
+static ssm_status cuda_copy(void *instance, int32_t src, int32_t dst, void *stream)
 {
-    ssm_status st = compact_cuda_reset(c, dst, stream);
+    compact_mode *c = (compact_mode *)instance;
+    ssm_status st = cuda_reset(c, dst, stream);
     size_t window = (size_t)(c->base.params.model.conv_width - 1) * G(c).d.D * G(c).act_size;
     for (int32_t l = 0; l < c->base.params.model.layers && st == SSM_OK; l++) {
         st = gpu_copy(compact_state(c, dst, l), compact_state(c, src, l), c->state_bytes, stream,
@@ -184,19 +192,19 @@ static move_store page_store(compact_mode *c)
     return s;
 }
 
-extern "C" ssm_status compact_cuda_export_slots(compact_mode *c, int32_t count,
-                                                const int32_t *slots,
-                                                const ssm_page_view_v1 *views, void *stream)
+static ssm_status cuda_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, void *stream)
 {
+    compact_mode *c = (compact_mode *)instance;
     return launch_page_moves<false>(page_store(c), count, slots, views, NULL, stream,
                                     c->base.services);
 }
 
-extern "C" ssm_status compact_cuda_import_slots(compact_mode *c, int32_t count,
-                                                const int32_t *slots,
-                                                const ssm_page_view_v1 *views,
-                                                const uint32_t *refused, void *stream)
+static ssm_status cuda_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, const uint32_t *refused,
+                                    void *stream)
 {
+    compact_mode *c = (compact_mode *)instance;
     return launch_page_moves<true>(page_store(c), count, slots, views, refused, stream,
                                    c->base.services);
 }
@@ -210,33 +218,17 @@ SSM_TUNE_CUDA_ENTRIES(compact, compact_mode)
 /* The GPU methods in ssm_mode_ops' order (no materialize: nothing is ever
  * pending; no conv_of / state_of: those are the CPU drivers'). */
 extern "C" const ssm_mode_ops compact_cuda_ops = {
-    [](void *c, const ssm_step_v1 *step) { return compact_cuda_prefill((compact_mode *)c, step); },
-    [](void *c, const ssm_step_v1 *step) { return compact_cuda_decode((compact_mode *)c, step); },
-    [](void *c, const ssm_step_v1 *step) { return compact_cuda_verify((compact_mode *)c, step); },
-    [](void *c, const ssm_commit_v1 *commit) {
-        return compact_cuda_commit((compact_mode *)c, commit);
-    },
-    [](void *c, int32_t slot, void *stream) {
-        return compact_cuda_reset((compact_mode *)c, slot, stream);
-    },
-    [](void *c, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
-        return compact_cuda_export((compact_mode *)c, slot, dst, stream);
-    },
-    [](void *c, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
-        return compact_cuda_import((compact_mode *)c, slot, src, stream);
-    },
-    [](void *c, int32_t src, int32_t dst, void *stream) {
-        return compact_cuda_copy((compact_mode *)c, src, dst, stream);
-    },
+    cuda_prefill,
+    cuda_decode,
+    cuda_verify,
+    cuda_commit,
+    cuda_reset,
+    cuda_export,
+    cuda_import,
+    cuda_copy,
     nullptr, /* materialize */
-    [](void *c, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       void *stream) {
-        return compact_cuda_export_slots((compact_mode *)c, count, slots, views, stream);
-    },
-    [](void *c, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       const uint32_t *refused, void *stream) {
-        return compact_cuda_import_slots((compact_mode *)c, count, slots, views, refused, stream);
-    },
+    cuda_export_slots,
+    cuda_import_slots,
     nullptr, /* conv_of */
     nullptr, /* state_of */
 };

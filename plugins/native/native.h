@@ -50,21 +50,6 @@ extern const ssm_mode_ops native_cuda_ops;
 size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 ssm_status native_cuda_create(native_mode *n);
 void native_cuda_destroy(native_mode *n);
-ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step);
-ssm_status native_cuda_decode(native_mode *n, const ssm_step_v1 *step);
-ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step);
-ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *commit);
-ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stream);
-ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm_canonical_v1 *dst,
-                              void *stream);
-ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm_canonical_v1 *src,
-                              void *stream);
-ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst, void *stream);
-ssm_status native_cuda_export_slots(native_mode *n, int32_t count, const int32_t *slots,
-                                    const ssm_page_view_v1 *views, void *stream);
-ssm_status native_cuda_import_slots(native_mode *n, int32_t count, const int32_t *slots,
-                                    const ssm_page_view_v1 *views, const uint32_t *refused,
-                                    void *stream);
 
 /* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
  * plugin_v1.h, through plugins/common/tune_entries.h). */

@@ -47,21 +47,25 @@ extern "C" void native_cuda_destroy(native_mode *n)
 /* Prefill and decode: the current snapshot in place, the window advanced. */
 static ssm_status run_in_place(native_mode *n, const ssm_step_v1 *step)
 {
-    return launch_in_place(G(n), step, n->conv, n->states, n->snapshots, n->current, n->base.services);
+    return launch_in_place(G(n), step, n->conv, n->states, n->snapshots, n->current,
+                           n->base.services);
 }
 
-extern "C" ssm_status native_cuda_prefill(native_mode *n, const ssm_step_v1 *step)
+static ssm_status cuda_prefill(void *instance, const ssm_step_v1 *step)
 {
+    native_mode *n = (native_mode *)instance;
     return run_in_place(n, step);
 }
 
-extern "C" ssm_status native_cuda_decode(native_mode *n, const ssm_step_v1 *step)
+static ssm_status cuda_decode(void *instance, const ssm_step_v1 *step)
 {
+    native_mode *n = (native_mode *)instance;
     return run_in_place(n, step);
 }
 
-extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step)
+static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
 {
+    native_mode *n = (native_mode *)instance;
     gpu_common &g = G(n);
     tile_args ta = tile_for(g, step->rows, step->slots, step->layer, n->states, n->snapshots);
     ta.current = n->current;
@@ -71,21 +75,24 @@ extern "C" ssm_status native_cuda_verify(native_mode *n, const ssm_step_v1 *step
     if (step_in_one_launch(g, step))
         return launch_step(g, ta, step_inputs_for(g, step, n->conv, true), step->stream,
                            n->base.services);
-    ssm_status st = launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->base.services);
+    ssm_status st =
+        launch_prep(g, prep_for(g, step, n->conv, true), step->stream, n->base.services);
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, n->base.services);
 }
 
-extern "C" ssm_status native_cuda_commit(native_mode *n, const ssm_commit_v1 *c)
+static ssm_status cuda_commit(void *instance, const ssm_commit_v1 *c)
 {
+    native_mode *n = (native_mode *)instance;
     gpu_common &g = G(n);
     commit_args a = commit_for(g, c->rows, c->tokens, c->slots, c->accepted, n->conv);
     a.current = n->current;
     return launch_commit(g, a, 0, g.layers, c->stream, n->base.services);
 }
 
-extern "C" ssm_status native_cuda_reset(native_mode *n, int32_t slot, void *stream)
+static ssm_status cuda_reset(void *instance, int32_t slot, void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     gpu_common &g = G(n);
     size_t state = (size_t)g.state_elems * g.state_size;
     size_t conv = (size_t)g.conv_rows * g.d.D * g.act_size;
@@ -117,9 +124,10 @@ static ssm_status copy_current(native_mode *n, int32_t src, void *const *dst, vo
     return SSM_OK;
 }
 
-extern "C" ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm_canonical_v1 *dst,
-                                         void *stream)
+static ssm_status cuda_export(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     ssm_status st = copy_current(n, slot, dst->state, stream);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(n), n->conv, slot, dst->conv, NULL, stream,
@@ -127,23 +135,26 @@ extern "C" ssm_status native_cuda_export(native_mode *n, int32_t slot, const ssm
 }
 
 /* After a reset, snapshot 0 is current. */
-extern "C" ssm_status native_cuda_import(native_mode *n, int32_t slot, const ssm_canonical_v1 *src,
-                                         void *stream)
+static ssm_status cuda_import(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     gpu_common &g = G(n);
-    ssm_status st = native_cuda_reset(n, slot, stream);
+    ssm_status st = cuda_reset(n, slot, stream);
     size_t state = (size_t)g.state_elems * g.state_size;
     for (int32_t l = 0; l < g.layers && st == SSM_OK; l++)
         st = gpu_copy(native_state(n, slot, l, 0), src->state[l], state, stream, n->base.services);
     return st != SSM_OK ? st
-                        : gpu_copy_windows(g, n->conv, slot, NULL, src->conv, stream, n->base.services);
+                        : gpu_copy_windows(g, n->conv, slot, NULL, src->conv, stream,
+                                           n->base.services);
 }
 
 /* dst is reset first, so its current snapshot is 0. */
-extern "C" ssm_status native_cuda_copy(native_mode *n, int32_t src, int32_t dst, void *stream)
+static ssm_status cuda_copy(void *instance, int32_t src, int32_t dst, void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     gpu_common &g = G(n);
-    ssm_status st = native_cuda_reset(n, dst, stream);
+    ssm_status st = cuda_reset(n, dst, stream);
     size_t window = (size_t)(g.d.W - 1) * g.d.D * g.act_size;
     for (int32_t l = 0; l < g.layers && st == SSM_OK; l++) {
         tile_args ta = tile_for(g, 1, g.slot_table + src, l, n->states, n->snapshots);
@@ -180,19 +191,19 @@ static move_store page_store(native_mode *n)
     return s;
 }
 
-extern "C" ssm_status native_cuda_export_slots(native_mode *n, int32_t count,
-                                               const int32_t *slots,
-                                               const ssm_page_view_v1 *views, void *stream)
+static ssm_status cuda_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     return launch_page_moves<false>(page_store(n), count, slots, views, NULL, stream,
                                     n->base.services);
 }
 
-extern "C" ssm_status native_cuda_import_slots(native_mode *n, int32_t count,
-                                               const int32_t *slots,
-                                               const ssm_page_view_v1 *views,
-                                               const uint32_t *refused, void *stream)
+static ssm_status cuda_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, const uint32_t *refused,
+                                    void *stream)
 {
+    native_mode *n = (native_mode *)instance;
     return launch_page_moves<true>(page_store(n), count, slots, views, refused, stream,
                                    n->base.services);
 }
@@ -206,31 +217,17 @@ SSM_TUNE_CUDA_ENTRIES(native, native_mode)
 /* The GPU methods in ssm_mode_ops' order (no materialize: nothing is ever
  * pending; no conv_of / state_of: those are the CPU drivers'). */
 extern "C" const ssm_mode_ops native_cuda_ops = {
-    [](void *n, const ssm_step_v1 *step) { return native_cuda_prefill((native_mode *)n, step); },
-    [](void *n, const ssm_step_v1 *step) { return native_cuda_decode((native_mode *)n, step); },
-    [](void *n, const ssm_step_v1 *step) { return native_cuda_verify((native_mode *)n, step); },
-    [](void *n, const ssm_commit_v1 *c) { return native_cuda_commit((native_mode *)n, c); },
-    [](void *n, int32_t slot, void *stream) {
-        return native_cuda_reset((native_mode *)n, slot, stream);
-    },
-    [](void *n, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
-        return native_cuda_export((native_mode *)n, slot, dst, stream);
-    },
-    [](void *n, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
-        return native_cuda_import((native_mode *)n, slot, src, stream);
-    },
-    [](void *n, int32_t src, int32_t dst, void *stream) {
-        return native_cuda_copy((native_mode *)n, src, dst, stream);
-    },
+    cuda_prefill,
+    cuda_decode,
+    cuda_verify,
+    cuda_commit,
+    cuda_reset,
+    cuda_export,
+    cuda_import,
+    cuda_copy,
     nullptr, /* materialize */
-    [](void *n, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       void *stream) {
-        return native_cuda_export_slots((native_mode *)n, count, slots, views, stream);
-    },
-    [](void *n, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       const uint32_t *refused, void *stream) {
-        return native_cuda_import_slots((native_mode *)n, count, slots, views, refused, stream);
-    },
+    cuda_export_slots,
+    cuda_import_slots,
     nullptr, /* conv_of */
     nullptr, /* state_of */
 };

@@ -130,23 +130,6 @@ size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
 size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
 ssm_status replay_cuda_create(replay_mode *r);
 void replay_cuda_destroy(replay_mode *r);
-ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step);
-ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step);
-ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step);
-ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *commit);
-ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stream);
-ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm_canonical_v1 *dst,
-                              void *stream);
-ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
-                              void *stream);
-ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream);
-ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count, const int32_t *slots,
-                                    const ssm_page_view_v1 *views, void *stream);
-ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count, const int32_t *slots,
-                                    const ssm_page_view_v1 *views, const uint32_t *refused,
-                                    void *stream);
-ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
-                                   void *stream);
 
 /* Tuning on the GPU (plugins/common/cuda/tune.cuh; the tune_* entries of
  * plugin_v1.h, through plugins/common/tune_entries.h). */

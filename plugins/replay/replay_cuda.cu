@@ -147,8 +147,9 @@ static ssm_status fold_rows(replay_mode *r, int32_t rows, const int32_t *slots, 
 
 /* Prefill: the rows' histories folded, then every mode's in-place prefill
  * on the checkpoint. */
-extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *step)
+static ssm_status cuda_prefill(void *instance, const ssm_step_v1 *step)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     if (step->rows > 65535) /* before the fold, so a refused call changes nothing */
         return r->base.services->error(r->base.services->core, SSM_ERR_INVALID_ARGUMENT,
@@ -164,7 +165,8 @@ extern "C" ssm_status replay_cuda_prefill(replay_mode *r, const ssm_step_v1 *ste
         step->slots, g.capacity, g.layers, step->layer, r->cursors);
     st = launch_status(r->base.services, "ring clear kernel");
     return st != SSM_OK ? st
-                        : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL, r->base.services);
+                        : launch_in_place(g, step, r->conv, r->checkpoints, 1, NULL,
+                                          r->base.services);
 }
 
 /* A verify's prologue: inputs staged in the conv buffer, records appended
@@ -184,8 +186,9 @@ static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_
     return launch_prep(g, pa, step->stream, r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_verify(replay_mode *r, const ssm_step_v1 *step)
+static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
     ssm_status st = ring_prep(r, step, ta);
@@ -227,12 +230,13 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
     return launch_tile(g, ta, step->stream, r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step)
+static ssm_status cuda_decode(void *instance, const ssm_step_v1 *step)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     if (step->rows <= r->options.fold_rows)
         return decode_folding(r, step);
-    ssm_status st = replay_cuda_verify(r, step);
+    ssm_status st = cuda_verify(r, step);
     if (st != SSM_OK)
         return st;
     commit_args a = commit_for(g, step->rows, 1, step->slots, NULL, r->conv);
@@ -243,8 +247,9 @@ extern "C" ssm_status replay_cuda_decode(replay_mode *r, const ssm_step_v1 *step
     return launch_commit(g, a, step->layer, 1, step->stream, r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *c)
+static ssm_status cuda_commit(void *instance, const ssm_commit_v1 *c)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     commit_args a = commit_for(g, c->rows, c->tokens, c->slots, c->accepted, r->conv);
     a.ring_n = r->cursors;
@@ -254,8 +259,9 @@ extern "C" ssm_status replay_cuda_commit(replay_mode *r, const ssm_commit_v1 *c)
     return launch_commit(g, a, 0, g.layers, c->stream, r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_reset(replay_mode *r, int32_t slot, void *stream)
+static ssm_status cuda_reset(void *instance, int32_t slot, void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     size_t layers = (size_t)r->base.params.model.layers;
     size_t ring = (size_t)r->options.history * r->gpu->ring.bytes;
     const ssm_services_v1 *s = r->base.services;
@@ -288,19 +294,21 @@ static ssm_status fold_into(replay_mode *r, int32_t src, void *const *dst, void 
     return SSM_OK;
 }
 
-extern "C" ssm_status replay_cuda_export(replay_mode *r, int32_t slot, const ssm_canonical_v1 *dst,
-                                         void *stream)
+static ssm_status cuda_export(void *instance, int32_t slot, const ssm_canonical_v1 *dst,
+                              void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     ssm_status st = fold_into(r, slot, dst->state, stream);
     return st != SSM_OK ? st
                         : gpu_copy_windows(G(r), r->conv, slot, dst->conv, NULL, stream,
                                            r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm_canonical_v1 *src,
-                                         void *stream)
+static ssm_status cuda_import(void *instance, int32_t slot, const ssm_canonical_v1 *src,
+                              void *stream)
 {
-    ssm_status st = replay_cuda_reset(r, slot, stream);
+    replay_mode *r = (replay_mode *)instance;
+    ssm_status st = cuda_reset(r, slot, stream);
     for (int32_t l = 0; l < r->base.params.model.layers && st == SSM_OK; l++)
         st = gpu_copy(replay_checkpoint(r, slot, l), src->state[l], r->state_bytes, stream,
                       r->base.services);
@@ -309,10 +317,11 @@ extern "C" ssm_status replay_cuda_import(replay_mode *r, int32_t slot, const ssm
                                            r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst, void *stream)
+static ssm_status cuda_copy(void *instance, int32_t src, int32_t dst, void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
-    ssm_status st = replay_cuda_reset(r, dst, stream);
+    ssm_status st = cuda_reset(r, dst, stream);
     size_t window = (size_t)(g.d.W - 1) * g.d.D * g.act_size;
     for (int32_t l = 0; l < g.layers && st == SSM_OK; l++) {
         tile_args a = ring_tile(r, 1, g.slot_table + src, l);
@@ -327,9 +336,10 @@ extern "C" ssm_status replay_cuda_copy(replay_mode *r, int32_t src, int32_t dst,
     return st;
 }
 
-extern "C" ssm_status replay_cuda_materialize(replay_mode *r, const int32_t *slots, int32_t count,
-                                              void *stream)
+static ssm_status cuda_materialize(void *instance, const int32_t *slots, int32_t count,
+                                   void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     for (int32_t i = 0; i < count; i++) {
         if (slots[i] < 0)
@@ -367,10 +377,10 @@ static move_store page_store(replay_mode *r)
 
 /* The committed history is applied to a copy of each checkpoint on its way
  * into the page (fold_into's bits), never to the slot. */
-extern "C" ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count,
-                                               const int32_t *slots,
-                                               const ssm_page_view_v1 *views, void *stream)
+static ssm_status cuda_export_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     fold_args a = {};
     a.s = page_store(r);
@@ -385,11 +395,11 @@ extern "C" ssm_status replay_cuda_export_slots(replay_mode *r, int32_t count,
     return launch_page_folds(a, count, slots, g.state_dtype, g.act_dtype, stream, r->base.services);
 }
 
-extern "C" ssm_status replay_cuda_import_slots(replay_mode *r, int32_t count,
-                                               const int32_t *slots,
-                                               const ssm_page_view_v1 *views,
-                                               const uint32_t *refused, void *stream)
+static ssm_status cuda_import_slots(void *instance, int32_t count, const int32_t *slots,
+                                    const ssm_page_view_v1 *views, const uint32_t *refused,
+                                    void *stream)
 {
+    replay_mode *r = (replay_mode *)instance;
     return launch_page_moves<true>(page_store(r), count, slots, views, refused, stream,
                                    r->base.services);
 }
@@ -403,35 +413,17 @@ SSM_TUNE_CUDA_ENTRIES(replay, replay_mode)
 /* The GPU methods in ssm_mode_ops' order (no conv_of / state_of: those are
  * the CPU drivers'). */
 extern "C" const ssm_mode_ops replay_cuda_ops = {
-    [](void *r, const ssm_step_v1 *step) { return replay_cuda_prefill((replay_mode *)r, step); },
-    [](void *r, const ssm_step_v1 *step) { return replay_cuda_decode((replay_mode *)r, step); },
-    [](void *r, const ssm_step_v1 *step) { return replay_cuda_verify((replay_mode *)r, step); },
-    [](void *r, const ssm_commit_v1 *commit) {
-        return replay_cuda_commit((replay_mode *)r, commit);
-    },
-    [](void *r, int32_t slot, void *stream) {
-        return replay_cuda_reset((replay_mode *)r, slot, stream);
-    },
-    [](void *r, int32_t slot, const ssm_canonical_v1 *dst, void *stream) {
-        return replay_cuda_export((replay_mode *)r, slot, dst, stream);
-    },
-    [](void *r, int32_t slot, const ssm_canonical_v1 *src, void *stream) {
-        return replay_cuda_import((replay_mode *)r, slot, src, stream);
-    },
-    [](void *r, int32_t src, int32_t dst, void *stream) {
-        return replay_cuda_copy((replay_mode *)r, src, dst, stream);
-    },
-    [](void *r, const int32_t *slots, int32_t count, void *stream) {
-        return replay_cuda_materialize((replay_mode *)r, slots, count, stream);
-    },
-    [](void *r, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       void *stream) {
-        return replay_cuda_export_slots((replay_mode *)r, count, slots, views, stream);
-    },
-    [](void *r, int32_t count, const int32_t *slots, const ssm_page_view_v1 *views,
-       const uint32_t *refused, void *stream) {
-        return replay_cuda_import_slots((replay_mode *)r, count, slots, views, refused, stream);
-    },
+    cuda_prefill,
+    cuda_decode,
+    cuda_verify,
+    cuda_commit,
+    cuda_reset,
+    cuda_export,
+    cuda_import,
+    cuda_copy,
+    cuda_materialize,
+    cuda_export_slots,
+    cuda_import_slots,
     nullptr, /* conv_of */
     nullptr, /* state_of */
 };
