@@ -1,4 +1,4 @@
-/* The benchmark's byte model (tools/bench_bytes.c) against docs/bench.md:
+/* The benchmark's byte model (bench/bench_bytes.c) against docs/bench.md:
  * its formulas on the Qwen3-Next shape, the table "What the model allows",
  * and replay's folding decodes at B <= fold_rows. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include "kernels/record.h"
 #include "kernels/replay.h"
 #include "tests/runner.h"
-#include "tools/bench.h"
+#include "bench/bench.h"
 
 /* Qwen3-Next, fp32 state, bf16 activations, T = 4, L = 16. */
 static bench_shape qwen3_next(bench_replay_reads reads, int32_t fold_rows)

@@ -1,4 +1,4 @@
-/* Units of `ssmstate serve`: its seeded workload (tools/serve_workload.c):
+/* Units of `ssmstate serve`: its seeded workload (bench/serve/serve_workload.c):
  * determinism (same seed, same numbers, whatever the order of the
  * questions), Poisson arrivals (mean gap 1 / rate, counts with mean and
  * variance rate * time), the acceptance model's distribution
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "tests/runner.h"
-#include "tools/serve_workload.h"
+#include "bench/serve/serve_workload.h"
 
 /* ------------------------------------------------------------ workload */
 

@@ -1,5 +1,5 @@
 /* The simulated session's buffers on the context's device (see
- * session_device.h), through serve_device's calls. */
+ * session_device.h), through cli_device's calls. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +17,7 @@ int session_device_upload(const session_device *d, void *dst, const void *src, s
     char error[512];
     if (!d->cuda || bytes == 0)
         return CLI_EXIT_OK;
-    return serve_upload(&d->dev, dst, src, bytes, error, sizeof error) == 0 ? CLI_EXIT_OK
+    return device_upload(&d->dev, dst, src, bytes, error, sizeof error) == 0 ? CLI_EXIT_OK
                                                                            : device_fail(error);
 }
 
@@ -26,7 +26,7 @@ int session_device_download(const session_device *d, void *dst, const void *src,
     char error[512];
     if (!d->cuda || bytes == 0)
         return CLI_EXIT_OK;
-    return serve_download(&d->dev, dst, src, bytes, error, sizeof error) == 0
+    return device_download(&d->dev, dst, src, bytes, error, sizeof error) == 0
                ? CLI_EXIT_OK
                : device_fail(error);
 }
@@ -36,13 +36,13 @@ int session_device_sync(const session_device *d)
     char error[512];
     if (!d->cuda)
         return CLI_EXIT_OK;
-    return serve_sync(&d->dev, error, sizeof error) == 0 ? CLI_EXIT_OK : device_fail(error);
+    return device_sync(&d->dev, error, sizeof error) == 0 ? CLI_EXIT_OK : device_fail(error);
 }
 
 /* A device twin of `bytes`, remembered as failed when out of memory. */
 static void *twin(const session_device *d, int *ok, size_t bytes)
 {
-    void *p = serve_alloc(&d->dev, bytes);
+    void *p = device_alloc(&d->dev, bytes);
     if (!p)
         *ok = 0;
     return p;
@@ -97,7 +97,7 @@ int session_device_open(session_device *d, ssm_device where, const session_host_
     char error[512];
     d->cuda = 1;
     d->dev.where = where;
-    if (serve_device_open(&d->dev, error, sizeof error) != 0) {
+    if (device_open(&d->dev, error, sizeof error) != 0) {
         session_device_close(d, m->layers);
         return device_fail(error);
     }
@@ -129,20 +129,20 @@ int session_device_open(session_device *d, ssm_device where, const session_host_
 void session_device_close(session_device *d, int32_t layers)
 {
     if (d->cuda) {
-        serve_free(&d->dev, d->x);
-        serve_free(&d->dev, d->gate);
-        serve_free(&d->dev, d->beta);
-        serve_free(&d->dev, d->out);
-        serve_free(&d->dev, d->prefill_slots);
-        serve_free(&d->dev, d->prefill_offsets);
-        serve_free(&d->dev, d->round_slots);
-        serve_free(&d->dev, d->accepted);
-        serve_free(&d->dev, d->weight_storage);
+        device_free(&d->dev, d->x);
+        device_free(&d->dev, d->gate);
+        device_free(&d->dev, d->beta);
+        device_free(&d->dev, d->out);
+        device_free(&d->dev, d->prefill_slots);
+        device_free(&d->dev, d->prefill_offsets);
+        device_free(&d->dev, d->round_slots);
+        device_free(&d->dev, d->accepted);
+        device_free(&d->dev, d->weight_storage);
         for (int32_t l = 0; l < layers; l++) {
-            serve_free(&d->dev, d->export_window ? d->export_window[l] : NULL);
-            serve_free(&d->dev, d->export_state ? d->export_state[l] : NULL);
+            device_free(&d->dev, d->export_window ? d->export_window[l] : NULL);
+            device_free(&d->dev, d->export_state ? d->export_state[l] : NULL);
         }
-        serve_device_close(&d->dev);
+        device_close(&d->dev);
     }
     free(d->weights);
     free(d->export_window);

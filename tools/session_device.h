@@ -11,10 +11,10 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
-#include "serve_device.h"
+#include "device.h"
 
 typedef struct session_device {
-    serve_device dev;  /* the stream: NULL on the CPU */
+    cli_device dev;  /* the stream: NULL on the CPU */
     int cuda;          /* 0: every pointer below is the host buffer itself */
     void *x, *gate, *beta, *out;
     int32_t *prefill_slots, *prefill_offsets, *round_slots, *accepted;

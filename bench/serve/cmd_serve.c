@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "fold_rule.h"
+#include "tools/cli.h"
+#include "tools/fold_rule.h"
 #include "serve.h"
 #include "serve_data.h"
 #include "serve_check.h"
-#include "serve_device.h"
+#include "tools/device.h"
 #include "serve_mode.h"
 #include "serve_report.h"
 
@@ -194,7 +194,7 @@ static void set_cpu_defaults(serve_options *o, unsigned given)
         o->chunk = 128;
 }
 
-/* Whether the run goes to the CPU (serve_device_pick's rule): --device cpu,
+/* Whether the run goes to the CPU (device_pick's rule): --device cpu,
  * or no --device and no GPU to run on. */
 static int runs_on_cpu(const char *forced)
 {
@@ -325,7 +325,7 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
     ssm_config *config = NULL;
     if (ssm_config_load(path, &config) != SSM_OK)
         return cli_fail_library();
-    serve_device dev;
+    cli_device dev;
     uint8_t *mask = malloc((size_t)config->model.layers);
     int32_t checked = mask ? serve_check_layers(o->check_layers, config->model.layers, mask) : 0;
     free(mask);
@@ -335,9 +335,9 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
         return cli_fail("serve: --check-layers %s: %s has %d layers",
                         o->check_layers ? o->check_layers : "ends", path, layers);
     }
-    int exit_code = serve_device_pick(o->device, config, &dev);
+    int exit_code = device_pick(o->device, config, &dev);
     char error[512];
-    if (exit_code == CLI_EXIT_OK && serve_device_open(&dev, error, sizeof error) != 0)
+    if (exit_code == CLI_EXIT_OK && device_open(&dev, error, sizeof error) != 0)
         exit_code = cli_fail("serve: %s", error);
     if (exit_code != CLI_EXIT_OK) {
         ssm_config_free(config);
@@ -388,7 +388,7 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
         }
         serve_data_destroy(&dev, &data);
     }
-    serve_device_close(&dev);
+    device_close(&dev);
     ssm_config_free(config);
     return exit_code;
 }

@@ -2,7 +2,7 @@
  * per (seed, purpose, request, round). */
 #include <math.h>
 
-#include "rng.h"
+#include "tools/rng.h"
 #include "serve_workload.h"
 
 /* One stream per purpose, so a request's prompt never correlates with its

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
-#include "serve_device.h"
-#include "synth.h"
+#include "tools/device.h"
+#include "tools/synth.h"
 
 typedef struct serve_data {
     ssm_model_dims model;
@@ -27,10 +27,10 @@ typedef struct serve_data {
 
 /* Makes the weights and a pool of `pool_tokens` tokens from `seed`. Returns
  * 0, or -1 with a message and nothing allocated. */
-int serve_data_create(const serve_device *d, const ssm_model_dims *m, ssm_dtype act,
+int serve_data_create(const cli_device *d, const ssm_model_dims *m, ssm_dtype act,
                       uint64_t seed, int64_t pool_tokens, serve_data *out, char *error,
                       size_t len);
-void serve_data_destroy(const serve_device *d, serve_data *data);
+void serve_data_destroy(const cli_device *d, serve_data *data);
 
 /* The first pool token of a batch of `need` tokens (need <= pool_tokens) in
  * step `step`, layer `layer`, kind `kind` (0 prefill, 1 verify): a multiple

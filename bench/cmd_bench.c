@@ -14,7 +14,7 @@
 #include "config.h" /* the build's: HAVE_CUDA */
 
 #include "bench.h"
-#include "cli.h"
+#include "tools/cli.h"
 #ifdef HAVE_CUDA
 #include "bench_cuda.h"
 #endif

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "bench_cuda.h"
-#include "cli.h"
-#include "fold_rule.h"
+#include "tools/cli.h"
+#include "tools/fold_rule.h"
 
 /* NVTX ranges ("decode", "round a=N") around each mode's measurements, so
  * a profiler can take one op's kernels (ncu --nvtx --nvtx-include

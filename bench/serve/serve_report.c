@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 #include "serve_report.h"
 
 serve_ratios serve_report_ratios(const serve_table *t)

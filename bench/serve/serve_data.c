@@ -18,7 +18,7 @@ static void token_bytes(const ssm_model_dims *m, ssm_dtype act, size_t *x, size_
 }
 
 /* The device copy of the weights; on the CPU the host's serve as they are. */
-static int upload_weights(const serve_device *d, serve_data *data, char *error, size_t len)
+static int upload_weights(const cli_device *d, serve_data *data, char *error, size_t len)
 {
     const ssm_model_dims *m = &data->model;
     const synth_weights *host = &data->host_weights;
@@ -36,12 +36,12 @@ static int upload_weights(const serve_device *d, serve_data *data, char *error, 
     const size_t dt = (size_t)(m->kind == SSM_MODEL_KDA ? m->value_heads * m->key_dim
                                                         : m->value_heads);
     const size_t bytes = ((size_t)(last->dt_bias - host->storage) + dt) * sizeof(float);
-    data->weight_storage = serve_alloc(d, bytes);
+    data->weight_storage = device_alloc(d, bytes);
     if (!data->weight_storage) {
         snprintf(error, len, "out of device memory for the weights");
         return -1;
     }
-    if (serve_upload(d, data->weight_storage, host->storage, bytes, error, len) != 0)
+    if (device_upload(d, data->weight_storage, host->storage, bytes, error, len) != 0)
         return -1;
     for (int32_t l = 0; l < m->layers; l++) {
         const ssm_layer_weights *w = &host->layer[l];
@@ -57,7 +57,7 @@ static int upload_weights(const serve_device *d, serve_data *data, char *error, 
 }
 
 /* The pool on the host, then its device copy (the same buffers on the CPU). */
-static int make_pool(const serve_device *d, serve_data *data, uint64_t seed, char *error,
+static int make_pool(const cli_device *d, serve_data *data, uint64_t seed, char *error,
                      size_t len)
 {
     size_t x, gate, beta;
@@ -79,21 +79,21 @@ static int make_pool(const serve_device *d, serve_data *data, uint64_t seed, cha
         data->beta = data->host_beta;
         return 0;
     }
-    data->x = serve_alloc(d, n * x);
-    data->gate = serve_alloc(d, n * gate);
-    data->beta = serve_alloc(d, n * beta);
+    data->x = device_alloc(d, n * x);
+    data->gate = device_alloc(d, n * gate);
+    data->beta = device_alloc(d, n * beta);
     if (!data->x || !data->gate || !data->beta) {
         snprintf(error, len, "out of device memory for the input pool (%zu tokens)", n);
         return -1;
     }
-    if (serve_upload(d, data->x, data->host_x, n * x, error, len) != 0 ||
-        serve_upload(d, data->gate, data->host_gate, n * gate, error, len) != 0 ||
-        serve_upload(d, data->beta, data->host_beta, n * beta, error, len) != 0)
+    if (device_upload(d, data->x, data->host_x, n * x, error, len) != 0 ||
+        device_upload(d, data->gate, data->host_gate, n * gate, error, len) != 0 ||
+        device_upload(d, data->beta, data->host_beta, n * beta, error, len) != 0)
         return -1;
-    return serve_sync(d, error, len);
+    return device_sync(d, error, len);
 }
 
-int serve_data_create(const serve_device *d, const ssm_model_dims *m, ssm_dtype act,
+int serve_data_create(const cli_device *d, const ssm_model_dims *m, ssm_dtype act,
                       uint64_t seed, int64_t pool_tokens, serve_data *out, char *error,
                       size_t len)
 {
@@ -112,13 +112,13 @@ int serve_data_create(const serve_device *d, const ssm_model_dims *m, ssm_dtype 
     return 0;
 }
 
-void serve_data_destroy(const serve_device *d, serve_data *data)
+void serve_data_destroy(const cli_device *d, serve_data *data)
 {
     if (d->where.type != SSM_DEVICE_CPU) {
-        serve_free(d, data->weight_storage);
-        serve_free(d, data->x);
-        serve_free(d, data->gate);
-        serve_free(d, data->beta);
+        device_free(d, data->weight_storage);
+        device_free(d, data->x);
+        device_free(d, data->gate);
+        device_free(d, data->beta);
     }
     free(data->host_x);
     free(data->host_gate);

@@ -1,4 +1,4 @@
-/* The device of `ssmstate serve` (see serve_device.h). */
+/* The command's device: the CPU or one CUDA device (see device.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include "config.h" /* the build's: HAVE_CUDA */
 
 #include "cli.h"
-#include "serve_device.h"
+#include "device.h"
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -41,7 +41,7 @@ static int parse_cuda(const char *text, int32_t *index)
     return 0;
 }
 
-int serve_device_pick(const char *forced, const ssm_config *config, serve_device *d)
+int device_pick(const char *forced, const ssm_config *config, cli_device *d)
 {
     memset(d, 0, sizeof *d);
     d->where = (ssm_device){SSM_DEVICE_CPU, 0};
@@ -62,7 +62,7 @@ int serve_device_pick(const char *forced, const ssm_config *config, serve_device
         if (!none)
             return cli_fail("serve: %s", why); /* a GPU past those visible */
         fprintf(stderr, "ssmstate: serve: %s; nothing measured\n", why);
-        return SERVE_EXIT_NO_GPU;
+        return DEVICE_EXIT_NO_GPU;
     }
 #ifdef HAVE_CUDA
     struct cudaDeviceProp properties;
@@ -78,7 +78,7 @@ int serve_device_pick(const char *forced, const ssm_config *config, serve_device
 #endif
 }
 
-int serve_device_open(serve_device *d, char *error, size_t len)
+int device_open(cli_device *d, char *error, size_t len)
 {
     if (d->where.type != SSM_DEVICE_CUDA)
         return 0;
@@ -94,7 +94,7 @@ int serve_device_open(serve_device *d, char *error, size_t len)
         cuda_ok(cudaEventCreate(&stop), "cudaEventCreate", error, len) != 0) {
         if (start)
             cudaEventDestroy(start);
-        serve_device_close(d);
+        device_close(d);
         return -1;
     }
     d->start = start;
@@ -106,7 +106,7 @@ int serve_device_open(serve_device *d, char *error, size_t len)
 #endif
 }
 
-void serve_device_close(serve_device *d)
+void device_close(cli_device *d)
 {
 #ifdef HAVE_CUDA
     if (d->stream)
@@ -121,7 +121,7 @@ void serve_device_close(serve_device *d)
     d->stream = d->start = d->stop = NULL;
 }
 
-void *serve_alloc(const serve_device *d, size_t bytes)
+void *device_alloc(const cli_device *d, size_t bytes)
 {
     if (bytes == 0)
         bytes = 1;
@@ -145,7 +145,7 @@ void *serve_alloc(const serve_device *d, size_t bytes)
     return calloc(1, bytes);
 }
 
-void serve_free(const serve_device *d, void *p)
+void device_free(const cli_device *d, void *p)
 {
     if (!p)
         return;
@@ -159,7 +159,7 @@ void serve_free(const serve_device *d, void *p)
     free(p);
 }
 
-int serve_upload(const serve_device *d, void *dst, const void *src, size_t bytes, char *error,
+int device_upload(const cli_device *d, void *dst, const void *src, size_t bytes, char *error,
                  size_t len)
 {
 #ifdef HAVE_CUDA
@@ -173,12 +173,12 @@ int serve_upload(const serve_device *d, void *dst, const void *src, size_t bytes
     return 0;
 }
 
-int serve_download(const serve_device *d, void *dst, const void *src, size_t bytes, char *error,
+int device_download(const cli_device *d, void *dst, const void *src, size_t bytes, char *error,
                    size_t len)
 {
 #ifdef HAVE_CUDA
     if (d->where.type == SSM_DEVICE_CUDA)
-        return serve_sync(d, error, len) != 0
+        return device_sync(d, error, len) != 0
                    ? -1
                    : cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
                              "cudaMemcpy (to the host)", error, len);
@@ -188,7 +188,7 @@ int serve_download(const serve_device *d, void *dst, const void *src, size_t byt
     return 0;
 }
 
-int serve_sync(const serve_device *d, char *error, size_t len)
+int device_sync(const cli_device *d, char *error, size_t len)
 {
 #ifdef HAVE_CUDA
     if (d->where.type == SSM_DEVICE_CUDA)
@@ -198,7 +198,7 @@ int serve_sync(const serve_device *d, char *error, size_t len)
     return 0;
 }
 
-int serve_step_begin(const serve_device *d, char *error, size_t len)
+int device_step_begin(const cli_device *d, char *error, size_t len)
 {
 #ifdef HAVE_CUDA
     if (d->where.type == SSM_DEVICE_CUDA)
@@ -209,7 +209,7 @@ int serve_step_begin(const serve_device *d, char *error, size_t len)
     return 0;
 }
 
-int serve_step_end(const serve_device *d, double *device_ms, char *error, size_t len)
+int device_step_end(const cli_device *d, double *device_ms, char *error, size_t len)
 {
     *device_ms = NAN;
 #ifdef HAVE_CUDA
@@ -230,7 +230,7 @@ int serve_step_end(const serve_device *d, double *device_ms, char *error, size_t
     return 0;
 }
 
-double serve_now(void)
+double device_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

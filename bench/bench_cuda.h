@@ -14,7 +14,7 @@ int bench_gpu_count(int32_t device, int32_t *count, char *name, size_t name_len,
                     size_t len);
 
 /* Enqueues a copy kernel of `bytes` from src to dst on stream
- * (tools/bench_copy.cu); returns the launch status. */
+ * (bench/bench_copy.cu); returns the launch status. */
 cudaError_t bench_copy_kernel(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 
 /* Returns 0 for cudaSuccess, else -1 with "what: reason" in error. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
+#include "tools/cli.h"
 
 bench_row *bench_table_add(bench_table *t)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "bench_cuda.h"
-#include "synth.h"
+#include "tools/synth.h"
 
 enum { BENCH_SEED = 20261129 };
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "fold_rule.h"
+#include "tools/cli.h"
+#include "tools/fold_rule.h"
 #include "serve_check.h"
 #include "serve_mode.h"
 #include "serve_stream.h"
@@ -82,7 +82,7 @@ int32_t serve_mode_levels(const serve_options *o, int32_t max, int32_t native_ma
  * native context, bit for bit where modes are bit-identical to native (replay
  * without [replay] outputs runs exact there), else within the bound for one
  * device. */
-static const char *check_setup(const ssm_config *base, const serve_device *dev,
+static const char *check_setup(const ssm_config *base, const cli_device *dev,
                                const char *mode, serve_check_result *r)
 {
     const int builtin =
@@ -147,7 +147,7 @@ static void sweep(serve_engine *e, const ssm_config *c, const serve_options *o,
     free(logs);
 }
 
-void serve_mode_run(const ssm_config *base, const serve_options *o, const serve_device *dev,
+void serve_mode_run(const ssm_config *base, const serve_options *o, const cli_device *dev,
                     const serve_data *data, ssm_dtype state, int32_t native_max,
                     serve_mode_result *m)
 {
@@ -184,6 +184,6 @@ void serve_mode_run(const ssm_config *base, const serve_options *o, const serve_
     }
     free(checked);
     char ignored[256];
-    serve_sync(dev, ignored, sizeof ignored);
+    device_sync(dev, ignored, sizeof ignored);
     ssm_ctx_destroy(ctx);
 }

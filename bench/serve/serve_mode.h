@@ -10,7 +10,7 @@
 #include "ssmstate/ssmstate.h"
 #include "serve.h"
 #include "serve_data.h"
-#include "serve_device.h"
+#include "tools/device.h"
 
 /* The config a mode runs under: base with `mode`, the state dtype, the
  * device, `slots` slots and T = 1 + SERVE_DRAFTS (shallow copy: strings stay
@@ -36,7 +36,7 @@ int32_t serve_mode_levels(const serve_options *o, int32_t max, int32_t native_ma
  * m->error (the levels measured so far stay); so does an interruption
  * (serve_interrupted: the levels so far and the part of the level it
  * stopped stay, no check runs; a mode it finds set does not run). */
-void serve_mode_run(const ssm_config *base, const serve_options *o, const serve_device *dev,
+void serve_mode_run(const ssm_config *base, const serve_options *o, const cli_device *dev,
                     const serve_data *data, ssm_dtype state, int32_t native_max,
                     serve_mode_result *m);
 

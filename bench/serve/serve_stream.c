@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fold_rule.h"
+#include "tools/fold_rule.h"
 #include "serve_stream.h"
 
 /* A request holding a slot. */
@@ -80,7 +80,7 @@ static size_t out_row_bytes(const serve_engine *e)
 }
 
 int serve_engine_create(serve_engine *e, ssm_ctx *ctx, int32_t capacity, int32_t history,
-                        const serve_device *dev, const serve_data *data, const serve_options *o,
+                        const cli_device *dev, const serve_data *data, const serve_options *o,
                         char *error, size_t len)
 {
     memset(e, 0, sizeof *e);
@@ -93,9 +93,9 @@ int serve_engine_create(serve_engine *e, ssm_ctx *ctx, int32_t capacity, int32_t
     e->history = history;
     const int32_t layers = data->model.layers;
     const size_t meta = 4 * (size_t)capacity + 2;
-    e->out_prefill = serve_alloc(dev, (size_t)o->chunk * out_row_bytes(e));
-    e->out_verify = serve_alloc(dev, (size_t)capacity * (size_t)e->tokens * out_row_bytes(e));
-    e->meta = serve_alloc(dev, meta * sizeof(int32_t));
+    e->out_prefill = device_alloc(dev, (size_t)o->chunk * out_row_bytes(e));
+    e->out_verify = device_alloc(dev, (size_t)capacity * (size_t)e->tokens * out_row_bytes(e));
+    e->meta = device_alloc(dev, meta * sizeof(int32_t));
     e->meta_host = calloc(meta, sizeof(int32_t));
     int ok = e->out_prefill && e->out_verify && e->meta && e->meta_host;
     if (ok && o->check > 0) {
@@ -108,8 +108,8 @@ int serve_engine_create(serve_engine *e, ssm_ctx *ctx, int32_t capacity, int32_t
         e->export_state = calloc((size_t)layers, sizeof(void *));
         ok = e->export_window && e->export_state;
         for (int32_t l = 0; ok && l < layers; l++) {
-            e->export_window[l] = serve_alloc(dev, window);
-            e->export_state[l] = serve_alloc(dev, state);
+            e->export_window[l] = device_alloc(dev, window);
+            e->export_state[l] = device_alloc(dev, state);
             ok = e->export_window[l] && e->export_state[l];
         }
     }
@@ -128,15 +128,15 @@ void serve_engine_destroy(serve_engine *e)
         return;
     for (int32_t l = 0; l < e->data->model.layers; l++) {
         if (e->export_window)
-            serve_free(e->dev, e->export_window[l]);
+            device_free(e->dev, e->export_window[l]);
         if (e->export_state)
-            serve_free(e->dev, e->export_state[l]);
+            device_free(e->dev, e->export_state[l]);
     }
     free(e->export_window);
     free(e->export_state);
-    serve_free(e->dev, e->out_prefill);
-    serve_free(e->dev, e->out_verify);
-    serve_free(e->dev, e->meta);
+    device_free(e->dev, e->out_prefill);
+    device_free(e->dev, e->out_verify);
+    device_free(e->dev, e->meta);
     free(e->meta_host);
     memset(e, 0, sizeof *e);
 }
@@ -231,7 +231,7 @@ static int plan(level *v)
 static int upload_meta(level *v)
 {
     const size_t count = 2 * (size_t)v->prefill_count + 1 + 2 * (size_t)v->verify_count;
-    return serve_upload(v->e->dev, v->e->meta, v->e->meta_host, count * sizeof(int32_t),
+    return device_upload(v->e->dev, v->e->meta, v->e->meta_host, count * sizeof(int32_t),
                         v->error, v->len);
 }
 
@@ -278,7 +278,7 @@ static int keep_outputs(level *v, const row *rows, int32_t count, const void *ou
         if (rows[r].log_at < 0)
             continue;
         const serve_log *log = v->live[rows[r].live].log;
-        if (serve_download(v->e->dev, serve_log_outputs(log, layer, rows[r].log_at),
+        if (device_download(v->e->dev, serve_log_outputs(log, layer, rows[r].log_at),
                            (const char *)out + (size_t)rows[r].offset * width,
                            (size_t)rows[r].tokens * width, v->error, v->len) != 0)
             return -1;
@@ -347,9 +347,9 @@ static int log_final_state(level *v, live *l)
     for (int32_t layer = 0; layer < m->layers; layer++) {
         if (!l->log->checked[layer])
             continue;
-        if (serve_download(e->dev, l->log->window[layer], e->export_window[layer], window,
+        if (device_download(e->dev, l->log->window[layer], e->export_window[layer], window,
                            v->error, v->len) != 0 ||
-            serve_download(e->dev, l->log->state[layer], e->export_state[layer], state, v->error,
+            device_download(e->dev, l->log->state[layer], e->export_state[layer], state, v->error,
                            v->len) != 0)
             return -1;
     }
@@ -405,18 +405,18 @@ static int64_t finish(level *v)
 /* One step (steps 1-4 above), timed and counted into the level. */
 static int run_step(level *v)
 {
-    double device_ms, start = serve_now();
+    double device_ms, start = device_now();
     if (admit(v) != 0 || plan(v) != 0)
         return -1;
     trace_step(v);
     const int32_t busy = v->live_count;
-    if (upload_meta(v) != 0 || serve_step_begin(v->e->dev, v->error, v->len) != 0 ||
-        run_layers(v) != 0 || serve_step_end(v->e->dev, &device_ms, v->error, v->len) != 0)
+    if (upload_meta(v) != 0 || device_step_begin(v->e->dev, v->error, v->len) != 0 ||
+        run_layers(v) != 0 || device_step_end(v->e->dev, &device_ms, v->error, v->len) != 0)
         return -1;
     int64_t tokens = finish(v);
     if (tokens < 0)
         return -1;
-    double ms = 1e3 * (serve_now() - start);
+    double ms = 1e3 * (device_now() - start);
     if (v->measuring && v->prefill_count == 0 && v->verify_count == 0) {
         /* Nothing arrived yet, or the queue ran dry: not an engine step,
          * so not in the step times, the means or the step count. */
@@ -491,7 +491,7 @@ static void release_all(level *v)
     if (v->ticket_open)
         ssm_forward_abort(e->ctx, &v->ticket, e->dev->stream);
     char ignored[256];
-    serve_sync(e->dev, ignored, sizeof ignored);
+    device_sync(e->dev, ignored, sizeof ignored);
     for (int32_t i = 0; i < v->live_count; i++)
         ssm_slot_release(e->ctx, v->live[i].slot);
     v->live_count = 0;
@@ -502,7 +502,7 @@ static void release_all(level *v)
 static void progress(const level *v, double *next)
 {
     const serve_options *o = v->e->o;
-    double now = serve_now();
+    double now = device_now();
     if (o->quiet || now < *next)
         return;
     *next = now + SERVE_PROGRESS_SECONDS;
@@ -552,7 +552,7 @@ int serve_engine_level(serve_engine *e, int32_t concurrency, int32_t check, serv
         snprintf(error, len, "out of memory for the stream");
     v.measuring = o->warmup_steps == 0;
     v.logging = v.logging && !v.measuring;
-    double next_progress = serve_now() + SERVE_PROGRESS_SECONDS;
+    double next_progress = device_now() + SERVE_PROGRESS_SECONDS;
     while (status == 0 && out->steps < o->steps && !serve_interrupted) {
         status = run_step(&v);
         if (status == 0 && out->idle_steps > 1000 * (int64_t)o->steps) {

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
-#include "compare.h"
+#include "tools/compare.h"
 #include "serve_workload.h"
 
 enum {

@@ -9,13 +9,13 @@
 #include "ssmstate/ssmstate.h"
 #include "serve.h"
 #include "serve_data.h"
-#include "serve_device.h"
+#include "tools/device.h"
 #include "serve_log.h"
 
 /* A context and the buffers its steps use, kept across concurrency levels. */
 typedef struct serve_engine {
     ssm_ctx *ctx;
-    const serve_device *dev;
+    const cli_device *dev;
     const serve_data *data;
     const serve_options *o;
     int32_t capacity;         /* slots of the context: the most concurrency */
@@ -34,7 +34,7 @@ typedef struct serve_engine {
  * SERVE_DRAFTS). `history` is replay's L for fold counting (0 for other
  * modes). Returns 0, or -1 with a message and nothing allocated. */
 int serve_engine_create(serve_engine *e, ssm_ctx *ctx, int32_t capacity, int32_t history,
-                        const serve_device *dev, const serve_data *data, const serve_options *o,
+                        const cli_device *dev, const serve_data *data, const serve_options *o,
                         char *error, size_t len);
 void serve_engine_destroy(serve_engine *e);
 
