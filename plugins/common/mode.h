@@ -85,6 +85,17 @@ ssm_status ssm_mode_import_slots(void *instance, int32_t count, const int32_t *s
                                  const ssm_page_view_v1 *views, const uint32_t *refused,
                                  void *stream);
 
+/* A GPU table whose methods are the including .cu file's static functions
+ * cuda_prefill .. cuda_import_slots, in ssm_mode_ops' order; `materialize`
+ * is cuda_materialize or NULL. The CPU drivers' conv_of and state_of stay
+ * NULL. */
+#define SSM_MODE_GPU_OPS(materialize)                                                  \
+    {                                                                                  \
+        cuda_prefill, cuda_decode, cuda_verify, cuda_commit, cuda_reset, cuda_export, \
+            cuda_import, cuda_copy, (materialize), cuda_export_slots, cuda_import_slots, \
+            NULL, NULL                                                                 \
+    }
+
 /* The plugin table's entries for the methods above. */
 #define SSM_MODE_METHODS                         \
     .reset_slot = ssm_mode_reset_slot,           \

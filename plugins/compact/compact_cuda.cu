@@ -215,20 +215,6 @@ SSM_TUNE_CUDA_ENTRIES(compact, compact_mode)
 
 /* ------------------------------------------------------------- the table */
 
-/* The GPU methods in ssm_mode_ops' order (no materialize: nothing is ever
- * pending; no conv_of / state_of: those are the CPU drivers'). */
-extern "C" const ssm_mode_ops compact_cuda_ops = {
-    cuda_prefill,
-    cuda_decode,
-    cuda_verify,
-    cuda_commit,
-    cuda_reset,
-    cuda_export,
-    cuda_import,
-    cuda_copy,
-    nullptr, /* materialize */
-    cuda_export_slots,
-    cuda_import_slots,
-    nullptr, /* conv_of */
-    nullptr, /* state_of */
-};
+/* The GPU methods above as the mode's table (nothing is ever pending to
+ * materialize). */
+extern "C" const ssm_mode_ops compact_cuda_ops = SSM_MODE_GPU_OPS(NULL);
