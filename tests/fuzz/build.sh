@@ -1,11 +1,12 @@
 #!/bin/sh
-# Builds the libFuzzer harnesses (`make fuzz`): the core, the kernels and the
-# three built-in plugins compiled straight from the sources with clang and
-# -fsanitize=fuzzer-no-link,address,undefined (the checksum routines of
-# coverage-ignore.txt without coverage callbacks; no configure: a generated
-# config.h without CUDA; the plugins' directory compiled in as the installed
-# one, so no SSMSTATE_PLUGIN_PATH is needed), then each harness linked with
-# -fsanitize=fuzzer. Rebuilds only what is older than its sources.
+# Builds the libFuzzer harnesses (`make fuzz`): the core (core/ and its
+# folders), the kernels (kernels/ and plugins/common/, linked into each
+# plugin) and the three built-in plugins compiled straight from the sources
+# with clang and -fsanitize=fuzzer-no-link,address,undefined (the checksum
+# routines of coverage-ignore.txt without coverage callbacks; no configure:
+# a generated config.h without CUDA; the plugins' directory compiled in as
+# the installed one, so no SSMSTATE_PLUGIN_PATH is needed), then each
+# harness linked with -fsanitize=fuzzer. Rebuilds only what is older than its sources.
 # Usage: build.sh SRCDIR OUTDIR VERSION ($FUZZ_CC: the compiler, clang;
 # $FUZZ_JOBS: parallel compiles, 2). Writes OUTDIR/fuzz_{config,page,step}
 # and OUTDIR/plugins/{native,compact,replay}.so.
@@ -37,7 +38,7 @@ export cc cflags out src
 # Objects: one per source, rebuilt when a source or header of the tree is newer.
 obj_of() { echo "$out/obj/$(echo "$1" | tr / _ | sed 's/\.c$/.o/')"; }
 stale=
-for f in "$src"/core/*.c "$src"/kernels/*.c "$src"/plugins/*/*.c; do
+for f in "$src"/core/*.c "$src"/core/*/*.c "$src"/kernels/*.c "$src"/plugins/*/*.c; do
     rel=${f#"$src"/}
     o=$(obj_of "$rel")
     if [ ! -f "$o" ] || [ "$src/tests/fuzz/coverage-ignore.txt" -nt "$o" ] || [ -n "$(find "$src/core" "$src/kernels" "$src/plugins" "$src/include" \
@@ -51,8 +52,8 @@ if [ -n "$stale" ]; then
     printf '%s\n' $stale | xargs -P "$jobs" -I{} sh -c \
         'o="$out/obj/$(echo {} | tr / _ | sed "s/\.c\$/.o/")"; $cc $cflags -c "$src/{}" -o "$o"'
 fi
-core=$(for f in "$src"/core/*.c; do obj_of "${f#"$src"/}"; done)
-kernels=$(for f in "$src"/kernels/*.c; do obj_of "${f#"$src"/}"; done)
+core=$(for f in "$src"/core/*.c "$src"/core/*/*.c; do obj_of "${f#"$src"/}"; done)
+kernels=$(for f in "$src"/kernels/*.c "$src"/plugins/common/*.c; do obj_of "${f#"$src"/}"; done)
 for mode in native compact replay; do
     objs=$(for f in "$src"/plugins/$mode/*.c; do obj_of "${f#"$src"/}"; done)
     # shellcheck disable=SC2086
