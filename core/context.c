@@ -122,12 +122,18 @@ static ssm_status check_other_sections(const ssm_config *c)
     return SSM_OK;
 }
 
-/* Everything ssm_ctx_create does short of allocating: validate, load, check,
- * plan. On success the caller owns *plugin and *options. */
-static ssm_status resolve(const ssm_config *c, ssm_loaded_plugin *plugin,
+/* Everything ssm_ctx_create does short of allocating: validate (the one
+ * validation of the call), check the device when a context is to be made
+ * on it, load, check, plan. On success the caller owns *plugin and
+ * *options. */
+static ssm_status resolve(const ssm_config *c, int check_device, ssm_loaded_plugin *plugin,
                           ssm_mode_params_v1 *params, ssm_option_v1 **options, ssm_plan *plan)
 {
     ssm_status status = ssm_config_validate(c);
+    /* The device before anything is loaded or allocated on it: a missing
+     * GPU reads as such, not as the first allocation that fails. */
+    if (status == SSM_OK && check_device)
+        status = ssm_device_check(&c->device);
     if (status != SSM_OK)
         return status;
     if (ssm_loader_check_dir(c->plugin_dir) != SSM_OK) {
@@ -203,7 +209,7 @@ ssm_status ssm_config_plan(const ssm_config *config, ssm_plan *out)
     ssm_mode_params_v1 params;
     ssm_option_v1 *options = NULL;
     ssm_plan plan;
-    ssm_status status = resolve(config, &plugin, &params, &options, &plan);
+    ssm_status status = resolve(config, 0, &plugin, &params, &options, &plan);
     if (status != SSM_OK)
         return status;
     ssm_free(options);
@@ -250,14 +256,8 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         return ssm_error_set(SSM_ERR_OUT_OF_MEMORY, "out of memory for a context");
     ssm_option_v1 *options = NULL;
     ssm_status status = ssm_config_clone(config, &ctx->config);
-    /* The device before anything is loaded or allocated on it: a missing
-     * GPU reads as such, not as the first allocation that fails. */
     if (status == SSM_OK)
-        status = ssm_config_validate(ctx->config);
-    if (status == SSM_OK)
-        status = ssm_device_check(&ctx->config->device);
-    if (status == SSM_OK)
-        status = resolve(ctx->config, &ctx->plugin, &ctx->params, &options, &ctx->plan);
+        status = resolve(ctx->config, 1, &ctx->plugin, &ctx->params, &options, &ctx->plan);
     if (status != SSM_OK) {
         release_context(ctx);
         return status;
