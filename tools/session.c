@@ -173,11 +173,23 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
     if (exit_code != CLI_EXIT_OK)
         return exit_code;
     const session_host_buffers host = {
-        &s->model,          s->act,           s->state_dtype,   s->io_tokens,
-        s->lanes,           s->lanes + 1,     s->x,             s->gate,
-        s->beta,            s->out,           s->prefill.slots, s->prefill.offsets,
-        s->round.slots,     s->round.accepted, s->weights.layer, s->weights.storage,
-        s->export_window,   s->export_state,
+        .model = &s->model,
+        .act = s->act,
+        .state_dtype = s->state_dtype,
+        .tokens = s->io_tokens,
+        .prefill_rows = s->lanes,
+        .round_rows = s->lanes + 1, /* + a padding row */
+        .x = s->x,
+        .gate = s->gate,
+        .beta = s->beta,
+        .out = s->out,
+        .prefill_slots = s->prefill.slots,
+        .prefill_offsets = s->prefill.offsets,
+        .round_slots = s->round.slots,
+        .accepted = s->round.accepted,
+        .weights = &s->weights,
+        .export_window = s->export_window,
+        .export_state = s->export_state,
     };
     if ((exit_code = session_device_open(&s->device, c->device, &host)) != CLI_EXIT_OK)
         return exit_code;

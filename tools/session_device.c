@@ -48,30 +48,15 @@ static void *twin(const session_device *d, int *ok, size_t bytes)
     return p;
 }
 
-/* The weights' device copy: synth lays the layers out back to back, so one
- * upload of the storage up to the end of the last layer's dt_bias. */
+/* The weights' device copy: one upload of synth's storage. */
 static int upload_weights(session_device *d, const session_host_buffers *h, int *ok)
 {
-    const ssm_model_dims *m = h->model;
-    const ssm_layer_weights *last = &h->weights[m->layers - 1];
-    const size_t dt = (size_t)(m->kind == SSM_MODEL_KDA ? m->value_heads * m->key_dim
-                                                        : m->value_heads);
-    const size_t floats = (size_t)(last->dt_bias - h->weight_storage) + dt;
-    d->weight_storage = twin(d, ok, floats * sizeof(float));
+    const size_t bytes = h->weights->floats * sizeof(float);
+    d->weight_storage = twin(d, ok, bytes);
     if (!*ok)
         return CLI_EXIT_OK;
-    int exit_code = session_device_upload(d, d->weight_storage, h->weight_storage,
-                                          floats * sizeof(float));
-    for (int32_t l = 0; l < m->layers; l++) {
-        const ssm_layer_weights *w = &h->weights[l];
-        d->weights[l] = (ssm_layer_weights){
-            d->weight_storage + (w->conv_weight - h->weight_storage),
-            w->conv_bias ? d->weight_storage + (w->conv_bias - h->weight_storage) : NULL,
-            d->weight_storage + (w->a_log - h->weight_storage),
-            d->weight_storage + (w->dt_bias - h->weight_storage),
-        };
-    }
-    return exit_code;
+    synth_weights_rebase(h->weights, d->weight_storage, d->weights);
+    return session_device_upload(d, d->weight_storage, h->weights->storage, bytes);
 }
 
 int session_device_open(session_device *d, ssm_device where, const session_host_buffers *h)
@@ -89,7 +74,7 @@ int session_device_open(session_device *d, ssm_device where, const session_host_
         d->x = h->x, d->gate = h->gate, d->beta = h->beta, d->out = h->out;
         d->prefill_slots = h->prefill_slots, d->prefill_offsets = h->prefill_offsets;
         d->round_slots = h->round_slots, d->accepted = h->accepted;
-        memcpy(d->weights, h->weights, (size_t)m->layers * sizeof *d->weights);
+        memcpy(d->weights, h->weights->layer, (size_t)m->layers * sizeof *d->weights);
         memcpy(d->export_window, h->export_window, (size_t)m->layers * sizeof(void *));
         memcpy(d->export_state, h->export_state, (size_t)m->layers * sizeof(void *));
         return CLI_EXIT_OK;

@@ -12,6 +12,7 @@
 
 #include "ssmstate/ssmstate.h"
 #include "device.h"
+#include "synth.h"
 
 typedef struct session_device {
     cli_device dev;  /* the stream: NULL on the CPU */
@@ -31,8 +32,7 @@ typedef struct session_host_buffers {
     int32_t prefill_rows, round_rows;
     void *x, *gate, *beta, *out;
     int32_t *prefill_slots, *prefill_offsets, *round_slots, *accepted;
-    const ssm_layer_weights *weights; /* [layers], pointing into weight_storage */
-    const float *weight_storage;
+    const synth_weights *weights;
     void **export_window, **export_state;
 } session_host_buffers;
 

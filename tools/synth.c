@@ -36,7 +36,8 @@ int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *
 
     out->layers = m->layers;
     out->layer = calloc((size_t)m->layers, sizeof *out->layer);
-    out->storage = malloc((size_t)(per_layer * m->layers) * sizeof(float));
+    out->floats = (size_t)(per_layer * m->layers);
+    out->storage = malloc(out->floats * sizeof(float));
     if (!out->layer || !out->storage) {
         synth_weights_destroy(out);
         return -1;
@@ -55,6 +56,19 @@ int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *
         out->layer[l] = (ssm_layer_weights){conv_weight, conv_bias, a_log, dt_bias};
     }
     return 0;
+}
+
+void synth_weights_rebase(const synth_weights *w, const float *base, ssm_layer_weights *out)
+{
+    for (int32_t l = 0; l < w->layers; l++) {
+        const ssm_layer_weights *h = &w->layer[l];
+        out[l] = (ssm_layer_weights){
+            base + (h->conv_weight - w->storage),
+            h->conv_bias ? base + (h->conv_bias - w->storage) : NULL,
+            base + (h->a_log - w->storage),
+            base + (h->dt_bias - w->storage),
+        };
+    }
 }
 
 void synth_weights_destroy(synth_weights *w)

@@ -16,8 +16,13 @@
 typedef struct synth_weights {
     int32_t layers;
     ssm_layer_weights *layer; /* [layers], pointing into storage */
-    float *storage;
+    float *storage;           /* every layer back to back */
+    size_t floats;            /* of storage */
 } synth_weights;
+
+/* w's layers for a copy of w->storage at `base` (a device copy, say):
+ * out[l] points where w->layer[l] does, relative to base. */
+void synth_weights_rebase(const synth_weights *w, const float *base, ssm_layer_weights *out);
 
 /* Returns 0, or -1 when out of memory (nothing allocated then). */
 int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *out);

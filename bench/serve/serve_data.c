@@ -31,11 +31,7 @@ static int upload_weights(const cli_device *d, serve_data *data, char *error, si
         memcpy(data->weights, host->layer, (size_t)m->layers * sizeof *data->weights);
         return 0;
     }
-    /* synth lays the layers out back to back: the last layer's dt_bias ends them. */
-    const ssm_layer_weights *last = &host->layer[m->layers - 1];
-    const size_t dt = (size_t)(m->kind == SSM_MODEL_KDA ? m->value_heads * m->key_dim
-                                                        : m->value_heads);
-    const size_t bytes = ((size_t)(last->dt_bias - host->storage) + dt) * sizeof(float);
+    const size_t bytes = host->floats * sizeof(float);
     data->weight_storage = device_alloc(d, bytes);
     if (!data->weight_storage) {
         snprintf(error, len, "out of device memory for the weights");
@@ -43,16 +39,7 @@ static int upload_weights(const cli_device *d, serve_data *data, char *error, si
     }
     if (device_upload(d, data->weight_storage, host->storage, bytes, error, len) != 0)
         return -1;
-    for (int32_t l = 0; l < m->layers; l++) {
-        const ssm_layer_weights *w = &host->layer[l];
-        float *base = data->weight_storage;
-        data->weights[l] = (ssm_layer_weights){
-            base + (w->conv_weight - host->storage),
-            w->conv_bias ? base + (w->conv_bias - host->storage) : NULL,
-            base + (w->a_log - host->storage),
-            base + (w->dt_bias - host->storage),
-        };
-    }
+    synth_weights_rebase(host, data->weight_storage, data->weights);
     return 0;
 }
 
