@@ -2,7 +2,7 @@
 # One device call over what bench/device_stage.sh built on the host (carry
 # .device/stage, and .device/wheels for fla-core): the GPU mode suite with
 # each choice of one-launch steps, `ssmstate run --device cuda`, ssmstate bench with one launch forced off
-# and on, the Python binding's GPU tests, and fla-core's recurrent kernels.
+# and on, the Python binding's GPU tests and examples, and fla-core's recurrent kernels.
 # Logs under $OUT; a short table last. About 5 minutes on an H100.
 set -u
 root=$PWD S=$root/.device/stage O=${OUT:-$root/.device/out}
@@ -40,6 +40,13 @@ timeout 70 python3 -m pytest -p no:cacheprovider -q tests/python/test_gpu.py \
     >"$O/pytest_gpu.txt" 2>&1
 echo "pytest gpu: exit $? $(elapsed)"
 tail -3 "$O/pytest_gpu.txt"
+export SSMSTATE_PLUGIN_PATH=$S/lib PYTHONPATH=/tmp/site:$root/python
+timeout 90 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
+echo "decode_loop.py: exit $? $(elapsed)"
+tail -4 "$O/decode_loop.txt"
+timeout 90 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
+echo "vs_fla.py: exit $? $(elapsed)"
+tail -12 "$O/vs_fla.txt"
 timeout 90 python3 bench/fla_bench.py --quick --out "$O/fla.json" >"$O/fla.txt" 2>&1
 echo "fla: exit $? $(elapsed)"
 for v in 0 1; do

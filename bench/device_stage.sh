@@ -19,7 +19,7 @@ t=tests/gpu/.libs/check_gpu_modes
 [ -f "$t" ] || t=tests/gpu/.libs/lt-check_gpu_modes
 cp "$t" "$stage/bin/check_gpu_modes"
 # What the device machine lacks: inih, and the CUDA runtime these were linked with.
-for so in libinih.so.1 libcudart.so.13; do
+for so in libinih.so.1 libcudart.so.13 libsubunit.so.0; do
     path=$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/bin/ssmstate" | awk -v so="$so" '$1 == so { print $3 }')
     [ -n "$path" ] && cp -L "$path" "$stage/lib/"
 done

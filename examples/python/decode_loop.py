@@ -8,7 +8,9 @@ drafts) for every request past its prompt, draws how many drafts were
 accepted (seeded), commits, and releases the slots of finished requests,
 which the next requests reuse. The same workload then runs in each mode; the
 only thing that changes between modes is the `mode =` line of the INI file,
-and every mode's outputs must equal native's bit for bit (same device).
+and every mode must agree with native on the same device: compact's outputs
+bit for bit, replay's within the numerics contract (its identity form sums
+in another order: relative RMS at most 2e-4 for bf16 outputs).
 
 On a GPU (torch with CUDA, and libssmstate built with CUDA) the layer has
 Qwen3-Next's shape (H 16, HV 32, K = V = 128) and tensors are torch tensors;
@@ -24,7 +26,6 @@ SSMSTATE_PLUGIN_PATH=build/.libs from a build tree, or an install).
 Exit status: 0 every mode ran and matched native, 1 a mismatch, 2 bad usage.
 """
 import argparse
-import hashlib
 import os
 import re
 import sys
@@ -70,7 +71,7 @@ class Request:
     def __init__(self, rid, prompt):
         self.id, self.prompt, self.committed, self.rounds = rid, prompt, 0, 0
         self.slot = -1
-        self.digest = hashlib.sha256()  # of every kept output, in order
+        self.kept = []  # every kept output block, in order (bf16 bits)
 
 
 class Device:
@@ -142,7 +143,7 @@ def layer_weights(ctx, dev, seed):
 
 
 def serve(ctx, dev, args):
-    """The whole workload through `ctx`; returns (stats, {request id: output digest})."""
+    """The whole workload through `ctx`; returns (stats, {request id: kept outputs})."""
     m = ctx.model
     rng = np.random.default_rng(args.seed)
     prompts = rng.integers(8, 8 * PREFILL_CHUNK // 2, size=args.requests)
@@ -230,17 +231,17 @@ def serve(ctx, dev, args):
             dev.torch.cuda.synchronize()
         stats["seconds"] += time.perf_counter() - t0
 
-        # bookkeeping: kept outputs into each request's digest, finished ones out
+        # bookkeeping: kept outputs into each request's list, finished ones out
         if prefill:
             for i, (r, n) in enumerate(zip(prefill, chunks)):
                 a = int(host["offsets"][i]) * out_width
-                r.digest.update(dev.get(pre_bufs["out"], a + n * out_width)[a * 2:])
+                r.kept.append(dev.get(pre_bufs["out"], a + n * out_width)[a * 2:])
                 r.committed += n
                 stats["prefill_tokens"] += n
         for i, r in enumerate(rounds):
             keep_n = int(host["accepted"][i])
             a = i * T * out_width
-            r.digest.update(dev.get(ver_bufs["out"], a + keep_n * out_width)[a * 2:])
+            r.kept.append(dev.get(ver_bufs["out"], a + keep_n * out_width)[a * 2:])
             r.committed += keep_n
             r.rounds += 1
             stats["rounds"] += 1
@@ -249,8 +250,34 @@ def serve(ctx, dev, args):
         for r in [r for r in running if r.rounds >= args.rounds]:
             ctx.release(r.slot)  # made fresh; the next request may get it
             running.remove(r)
-            done[r.id] = r.digest.hexdigest()
+            done[r.id] = b"".join(r.kept)
     return stats, done
+
+
+# Replay's outputs against native's, bf16 outputs (the numerics contract).
+REPLAY_BOUND = 2e-4
+
+
+def bf16_to_float(raw):
+    """bf16 bits (bytes) as float32 values."""
+    return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def agreement(mode, outputs, reference):
+    """(words, ok): how one mode's kept outputs compare with the reference's.
+    Compact must match bit for bit; replay within REPLAY_BOUND (relative RMS
+    over every kept output). NaN never passes."""
+    if outputs.keys() != reference.keys():
+        return "for other requests than", False
+    if all(outputs[i] == reference[i] for i in reference):
+        return "identical to", True
+    got = np.concatenate([bf16_to_float(outputs[i]) for i in sorted(reference)]).astype(np.float64)
+    ref = np.concatenate([bf16_to_float(reference[i]) for i in sorted(reference)]).astype(np.float64)
+    if got.shape != ref.shape:
+        return "of other lengths than", False
+    rms = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    ok = mode == "replay" and bool(np.isfinite(rms)) and rms <= REPLAY_BOUND
+    return f"{'within' if ok else 'OUTSIDE'} {REPLAY_BOUND:g} (relative RMS {rms:.2e}) of", ok
 
 
 def main():
@@ -310,16 +337,16 @@ def run_modes(args, modes, cuda, shape, ini_path):
         with open(ini_path, "w") as f:
             f.write(text)
         with ssmstate.Context.from_file(ini_path) as ctx:
-            stats, digests = serve(ctx, dev, args)
+            stats, outputs = serve(ctx, dev, args)
             plan = ctx.plan()
             flags = ctx.status().flags
         tokens = stats["prefill_tokens"] + stats["kept"]
         same = ""
         if reference is None:
-            reference = (mode, digests)
+            reference = (mode, outputs)
         else:
-            ok = digests == reference[1]
-            same = f", outputs {'identical to' if ok else 'DIFFER from'} {reference[0]}'s"
+            verdict, ok = agreement(mode, outputs, reference[1])
+            same = f", outputs {verdict} {reference[0]}'s"
             status |= not ok
         if flags:
             status = 1

@@ -286,21 +286,20 @@ def main():
     out1 = torch.empty(B, 1, HV, V, dtype=torch.bfloat16, **dev)
     io1 = ctx.step_io(x1, a1, b1, out1)
     f1, _ = fla.prologue(x1, a1, b1)
-    rows = [
-        ("prefill", "ssmstate", timed(lambda: ctx.prefill(0, pb, weights, io), args.reps, False)),
-        ("prefill", "fla chunk kernel", timed(kernel_pre, args.reps, False)),
-        ("prefill", "fla torch prologue", timed(lambda: fla.prologue(x, a, b), args.reps, False)),
-        ("decode", "ssmstate", timed(lambda: ctx.decode(0, one, weights, io1), args.reps * 5,
-                                     True)),
+    calls = [
+        ("prefill", "ssmstate", lambda: ctx.prefill(0, pb, weights, io), args.reps, False),
+        ("prefill", "fla chunk kernel", kernel_pre, args.reps, False),
+        ("prefill", "fla torch prologue", lambda: fla.prologue(x, a, b), args.reps, False),
+        ("decode", "ssmstate", lambda: ctx.decode(0, one, weights, io1), args.reps * 5, True),
         ("decode", "fla fused_recurrent",
-         timed(lambda: fla.run(fused_recurrent_gated_delta_rule, f1, keep_state=False),
-               args.reps * 5, True)),
-        ("decode", "fla torch prologue", timed(lambda: fla.prologue(x1, a1, b1), args.reps * 5,
-                                               True)),
+         lambda: fla.run(fused_recurrent_gated_delta_rule, f1, keep_state=False),
+         args.reps * 5, True),
+        ("decode", "fla torch prologue", lambda: fla.prologue(x1, a1, b1), args.reps * 5, True),
     ]
     print(f"{'call':8s} {'what':22s} {'median ms':>10s}  timing")
-    for call, what, (ms, how) in rows:
-        print(f"{call:8s} {what:22s} {ms:10.4f}  {how}")
+    for call, what, fn, reps, graph in calls:  # each line as soon as it is measured
+        ms, how = timed(fn, reps, graph)
+        print(f"{call:8s} {what:22s} {ms:10.4f}  {how}", flush=True)
     ctx.close()
     return 1 if worst > 5e-2 else 0
 
