@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # ncu's view of the decode kernels that miss their targets, over what
 # bench/device_stage.sh staged (carry .device/stage): native decode at
-# B = 64 and 256 with and without the prologue launch, replay's decode
-# (identity kernel) at B = 256. Per kernel: duration, DRAM throughput,
+# B = 256 and 64 (prologue and tile job), replay's decode (prologue and
+# identity kernel) at B = 256. Per kernel: duration, DRAM throughput,
 # occupancy, registers, issue activity and the top warp stalls. Full CSV
-# under $OUT/ncu_*.csv. About a minute and a half.
+# under $OUT_NCU (else $OUT)/ncu_*.csv. About a minute.
 set -u
-root=$PWD S=$root/.device/stage O=${OUT:-$root/.device/out}
+root=$PWD S=$root/.device/stage O=${OUT_NCU:-${OUT:-$root/.device/out}}
 mkdir -p "$O"
 export LD_LIBRARY_PATH=$S/lib SSMSTATE_PLUGIN_PATH=$S/lib
 ncu=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
@@ -24,7 +24,7 @@ smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 lts__t_sectors_srcunit_tex_op_write.sum,dram__bytes_read.sum,dram__bytes_write.sum
 probe() { # NAME ONE_LAUNCH MODE B REGEX COUNT
-    SSMSTATE_CUDA_ONE_LAUNCH=$2 timeout 120 "$ncu" --csv --page raw --metrics "$metrics" \
+    SSMSTATE_CUDA_ONE_LAUNCH=$2 timeout 60 "$ncu" --csv --page raw --metrics "$metrics" \
         --kernel-name regex:"$5" --launch-count "$6" \
         "$S/bin/ssmstate" bench examples/qwen3-next.ini --modes "$3" --batches "$4" \
         --state f32 --layers 1 --accepted 1 --samples 1 --warmup 1 --quiet \
@@ -51,9 +51,6 @@ for r in rows[heads[0] + 2:]:
     print('   stalls', ' '.join('%s=%s' % kv for kv in stalls.items()))
 PY
 }
-probe native256_two 0 native 256 'prep|tile_kernel' 2
-probe native256_one 1 native 256 'step_kernel' 1
-probe native64_two 0 native 64 'prep|tile_kernel' 2
-probe native64_one 1 native 64 'step_kernel' 1
-probe replay256 0 replay 256 'prep|identity|tile_kernel' 3
-probe replay64 0 replay 64 'prep|identity|tile_kernel' 3
+probe native256 0 native 256 'prep|tile_kernel' 2
+probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
+probe native64 0 native 64 'prep|tile_kernel' 2

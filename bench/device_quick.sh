@@ -1,56 +1,64 @@
 #!/usr/bin/env bash
 # One device call over what bench/device_stage.sh built on the host (carry
-# .device/stage, and .device/wheels for fla-core): the GPU mode suite with
-# each choice of one-launch steps, `ssmstate run --device cuda`, ssmstate bench with one launch forced off
-# and on, the Python binding's GPU tests and examples, and fla-core's recurrent kernels.
-# Logs under $OUT; a short table last. About 5 minutes on an H100.
+# .device/stage, and .device/wheels for fla-core): the GPU mode suite by
+# default and with every launch variant forced (one-launch steps, replay's
+# identity folding inside its kernel, two tiles staged ahead), `ssmstate run
+# --device cuda`, ssmstate bench by default and with replay's fold job and
+# three decode stages, the Python binding's GPU tests and examples, ncu on
+# the decode kernels (bench/device_ncu.sh), and fla-core's kernels beside
+# the binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz
+# (a device call brings back at most 8 files). About 9 minutes on an H100.
 set -u
-root=$PWD S=$root/.device/stage O=${OUT:-$root/.device/out}
+root=$PWD S=$root/.device/stage O=/tmp/ssm_out
 mkdir -p "$O"
 export LD_LIBRARY_PATH=$S/lib SSMSTATE_PLUGIN_PATH=$S/lib SSM_TOP_SRCDIR=$root
 t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
+pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
+trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
 modes() { # NAME [VAR=VALUE...]
     local name=$1
     shift
-    env "$@" timeout 110 "$S/bin/check_gpu_modes" >"$O/modes_$name.log" 2>&1
+    env "$@" timeout 200 "$S/bin/check_gpu_modes" >"$O/modes_$name.log" 2>&1
     echo "modes $name: exit $? ok $(grep -c '^ok' "$O/modes_$name.log")" \
         "not ok $(grep -c '^not ok' "$O/modes_$name.log") $(elapsed)"
     grep '^not ok' "$O/modes_$name.log" | head -8
 }
 modes default
-SSM_TOP_BUILDDIR=$S/bin SSM_TOP_SRCDIR=$root timeout 100 sh tests/gpu/run_cuda.gpu \
-    >"$O/run_cuda.log" 2>&1
+modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
+SSM_TOP_BUILDDIR=$S/bin timeout 150 sh tests/gpu/run_cuda.gpu >"$O/run_cuda.log" 2>&1
 echo "run --device cuda: exit $? $(elapsed)"
 grep "^not ok" "$O/run_cuda.log" | head -5
-for v in 0 1; do
-    SSMSTATE_CUDA_ONE_LAUNCH=$v timeout 60 "$S/bin/ssmstate" bench examples/qwen3-next.ini \
-        examples/kimi-linear.ini --state f32 --layers 1 --batches 1,64,256 --accepted 3 \
-        --samples 10 --json "$O/layer_$v.json" --quiet >"$O/layer_$v.txt" 2>&1
-    echo "bench one-launch=$v: exit $? $(elapsed)"
-done
-modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0
-modes fast_math SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_FAST_MATH=1
+bench() { # NAME CONFIGS [VAR=VALUE...]
+    local name=$1 configs=$2
+    shift 2
+    env "$@" timeout 80 "$S/bin/ssmstate" bench $configs --state f32 --layers 1 \
+        --batches 1,64,256 --accepted 3 --samples 10 --json "$O/layer_$name.json" --quiet \
+        >"$O/layer_$name.txt" 2>&1
+    echo "bench $name: exit $? $(elapsed)"
+}
+bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
+bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export SSMSTATE_LIBRARY=$S/lib/libssmstate.so.0
 timeout 70 python3 -m pytest -p no:cacheprovider -q tests/python/test_gpu.py \
     >"$O/pytest_gpu.txt" 2>&1
 echo "pytest gpu: exit $? $(elapsed)"
-tail -3 "$O/pytest_gpu.txt"
-export SSMSTATE_PLUGIN_PATH=$S/lib PYTHONPATH=/tmp/site:$root/python
-timeout 90 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
+tail -2 "$O/pytest_gpu.txt"
+timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
 echo "decode_loop.py: exit $? $(elapsed)"
-tail -4 "$O/decode_loop.txt"
-timeout 90 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
+tail -3 "$O/decode_loop.txt"
+OUT_NCU=$O bash bench/device_ncu.sh
+echo "ncu: $(elapsed)"
+timeout 75 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
 echo "vs_fla.py: exit $? $(elapsed)"
-tail -12 "$O/vs_fla.txt"
-timeout 90 python3 bench/fla_bench.py --quick --out "$O/fla.json" >"$O/fla.txt" 2>&1
-echo "fla: exit $? $(elapsed)"
-for v in 0 1; do
-    echo "== one-launch $v"
-    grep -E "^ *(decode|round a=3|copy) " "$O/layer_$v.txt" | head -24
+tail -14 "$O/vs_fla.txt"
+for v in default fold_job stages3; do
+    echo "== $v"
+    grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |
+        grep -v memcpy | head -24
 done
-grep -E "recurrent|cb_" "$O/fla.txt" | head -16

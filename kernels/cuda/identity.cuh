@@ -29,9 +29,11 @@
  * order, a weight's over its lanes' channels and then the lanes, the
  * history terms in record order), so
  * the results do not depend on the launch. A row whose ring would overflow
- * has been folded just before by tile_kernel's HISTORY_FOLD job (native's
- * update in the recurrence's layout: native's bits), and the new records'
- * gate sums start from zero after a fold (prep.cuh knows the same rule). */
+ * folds first: in a HISTORY_FOLD job of tile_kernel just before, or, at
+ * batches that fill the device (fold_inside), in its own blocks
+ * (identity_fold, one tile after another). Both are native's update in the
+ * recurrence's layout, so native's bits. The new records' gate sums start
+ * from zero after a fold (prep.cuh knows the same rule). */
 #ifndef SSM_KERNELS_CUDA_IDENTITY_CUH
 #define SSM_KERNELS_CUDA_IDENTITY_CUH
 
@@ -85,6 +87,7 @@ __device__ __forceinline__ void gate_of(const uint8_t *record, const record_layo
 struct identity_ring {
     const uint8_t *ring;
     int32_t kept, first;
+    bool folded; /* the row folds before this step (ring_folds) */
 };
 
 __device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, int32_t slot)
@@ -96,6 +99,7 @@ __device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, in
     g.ring = a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     g.kept = folded ? 0 : used;
     g.first = folded ? start + used : start;
+    g.folded = folded;
     return g;
 }
 
@@ -120,6 +124,48 @@ __device__ __forceinline__ void identity_stage(float *buffer, const float *first
 
 /* Key channels a lane holds in the weights: 4 at a time, 32 apart (K <= 128). */
 #define SSM_IDENTITY_LANE_CHUNKS 4
+
+/* Asks for the first two chunks of S0 (one cp.async group each, empty
+ * past the last chunk). */
+__device__ __forceinline__ void identity_stage_first(float *staged, const float *first_row,
+                                                     int32_t rows, const dims &d, int32_t chunks,
+                                                     int32_t buffer)
+{
+    for (int32_t q = 0; q < 2; q++) {
+        if (q < chunks)
+            identity_stage(staged + q * buffer, first_row, rows, d, q);
+        copy_async_commit();
+    }
+}
+
+/* The fold of a row whose ring would overflow, done by the block that
+ * needs it: its value rows' tiles of the checkpoint through the ring's n
+ * committed records with native's update in the recurrence's layout
+ * (tile.cuh: the threads of this block are a tile block's), stored back.
+ * The same functions as every other fold, so native's bits. */
+template <int E, bool KDA, class Act>
+__device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, int32_t h,
+                                              int32_t row0, int32_t rows)
+{
+    constexpr int RPL = SSM_TILE_RPL;
+    static_assert(SSM_IDENTITY_THREADS == 32 * SSM_TILE_WARPS,
+                  "a block folds as a tile block does");
+    static_assert(SSM_IDENTITY_THREADS % tile_rows(RPL) == 0, "a block's rows are whole tiles");
+    const dims &d = a.d;
+    const int64_t cell = (int64_t)slot * a.layers + a.layer;
+    const int32_t used = a.ring_n[cell], start = a.ring_start[cell];
+    const uint8_t *ring =
+        a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
+    float *head = state_head<float>(a, slot, a.layer, 0, h);
+    for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
+        head_tile<E, RPL, float> t;
+        tile_place(t, tile);
+        tile_load(t, d, head);
+        apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start, used,
+                                                      a.ring_mask, h, a.layout);
+        tile_store(t, d, head);
+    }
+}
 
 /* w^k_{ip} and w^q_{ip} of record i (`record`) with every token p that sees
  * it (p >= seen), into wk[i * T + p] and wq[i * T + p] when `keep`. The
@@ -286,10 +332,11 @@ __device__ __forceinline__ void identity_early_u(const tile_args &a, const ident
 }
 
 /* grid (rows * identity_row_blocks(V), HV), SSM_IDENTITY_THREADS threads,
+ * E = K / 8 (the fold's layout),
  * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
  * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
  * then have a bound the compiler knows). */
-template <int MAXT, bool KDA, class Act, bool EXACT>
+template <int E, int MAXT, bool KDA, class Act, bool EXACT>
 __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
@@ -304,20 +351,30 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     const int32_t slot = a.slots[r];
     if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
         return;
-    /* The fold job before writes checkpoints; the prologue before it the
-     * records and q. */
-    griddep_wait();
+    /* The prologue before this kernel (and the fold job, which folds the
+     * rows that fold unless a.fold_inside) writes the records and q; the
+     * ring's cursors move only in commits, before the step. A row that does
+     * not fold asks for its checkpoint at once, while those may still run,
+     * and waits for them only before reading what they write. With
+     * a.fold_inside a row that folds first folds its rows of the checkpoint
+     * through the ring (the barrier then makes the stores visible to the
+     * block's loads). */
+    const identity_ring g = identity_ring_of(a, slot);
     const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
     const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
     const int32_t buffer = identity_block_rows(d.V) * SSM_IDENTITY_STRIDE;
     float *staged = shared;
-    for (int32_t q = 0; q < 2; q++) {
-        if (q < chunks)
-            identity_stage(staged + q * buffer, first_row, rows, d, q);
-        copy_async_commit(); /* possibly empty: one group per chunk */
+    if (!g.folded)
+        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
+    griddep_wait();
+    if (g.folded) {
+        if (a.fold_inside) {
+            identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
+            __syncthreads();
+        }
+        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
     }
 
-    const identity_ring g = identity_ring_of(a, slot);
     const record_layout &lay = a.ring_layout;
     const int32_t kept = g.kept, key_head = h / d.group;
     const int32_t rows_max = identity_block_rows(d.V), gate_len = KDA ? T * d.K : T;

@@ -290,10 +290,11 @@ enum history_mode {
      * prologue took out of the ring (fold_taken) and the step's token (from
      * the token scratch), and store the checkpoint. */
     HISTORY_THROUGH,
-    /* Replay identity step (identity.cuh): a row whose ring would overflow
-     * before the step's tokens (ring_folds) applies its n committed records
-     * and stores the checkpoint; every other row returns at once. No tokens
-     * run, and the cursors stay for the commit. */
+    /* Replay identity step (identity.cuh) whose folds are not done inside
+     * the identity kernel (fold_inside false): a row whose ring would
+     * overflow before the step's tokens (ring_folds) applies its n
+     * committed records and stores the checkpoint; every other row returns
+     * at once. No tokens run, and the cursors stay for the commit. */
     HISTORY_FOLD
 };
 
@@ -331,11 +332,15 @@ struct tile_args {
     int64_t tok_slot_stride, tok_layer_stride;
     record_layout tok_layout;
     bool tok_in_ring;
+    /* The identity kernel folds the rows that need it in its own blocks
+     * (identity_fold) instead of after a HISTORY_FOLD job. */
+    bool fold_inside;
     const float *q; /* [capacity][max_tokens][H][K] normalized, scaled; NULL: no outputs */
     const int32_t *token_offsets;
     int32_t piece;
     const int32_t *accepted;
     int32_t passes; /* tiles of a head each block runs (>= 1), launch_tile sets it */
+    int32_t decode_stages; /* tiles a one-token block stages at once: SSM_TILE_STAGES or 3 */
     /* Host only: the launch directly follows this step's prologue in the
      * stream, so it may overlap it (griddep_wait in the kernel). Before the
      * wait the kernel reads only slots, token_offsets, accepted, `current`
@@ -558,25 +563,31 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
 }
 
 /* Tiles [first, last) of job j's head, a one-token job without history:
- * tile i + 1 is staged (tile_stage_async) while tile i is updated, so the
- * block's state loads overlap its arithmetic and stores. */
-template <int E, int RPL, bool KDA, class State, class Act>
+ * tiles i + 1 .. i + STAGES - 1 are staged (tile_stage_async) while tile
+ * i is updated, so the block's state loads overlap its arithmetic and
+ * stores. A slot is staged again only after its tile went to registers,
+ * and each thread reads back only its own chunks, so no barrier. */
+template <int E, int RPL, bool KDA, class State, class Act, int STAGES>
 __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &j, State *source,
                                             int32_t first, int32_t last)
 {
-    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
-    tile_stage_async(stage[0], a.d, source, first);
-    copy_async_commit();
+    __shared__ tile_stage<E, RPL, State> stage[STAGES];
+#pragma unroll
+    for (int32_t k = 0; k < STAGES - 1; k++) {
+        if (first + k < last)
+            tile_stage_async(stage[k], a.d, source, first + k);
+        copy_async_commit(); /* possibly empty: keeps one group per tile */
+    }
     griddep_wait(); /* tokens and q come from the prologue */
     for (int32_t tile = first; tile < last; tile++) {
         int32_t k = tile - first;
-        if (tile + 1 < last)
-            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], a.d, source, tile + 1);
-        copy_async_commit(); /* possibly empty: keeps one group per tile */
-        copy_async_wait<SSM_TILE_STAGES - 1>();
+        if (tile + STAGES - 1 < last)
+            tile_stage_async(stage[(k + STAGES - 1) % STAGES], a.d, source, tile + STAGES - 1);
+        copy_async_commit();
+        copy_async_wait<STAGES - 1>();
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
-        tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
+        tile_from_stage(t, stage[k % STAGES]);
         tile_run<E, RPL, KDA, State, Act, false, false>(t, a, j, source);
     }
 }
@@ -587,9 +598,9 @@ __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &
  * (tile_min_blocks() picks it per job). A block runs a.passes consecutive
  * tiles of its head, paying the job's index loads once; in the one-token
  * variant (MIN_BLOCKS 4, jobs without history: tile_one_token) the next
- * tile's state is staged while the block updates the current one
- * (tile_stream). */
-template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
+ * STAGES - 1 tiles' states are staged while the block updates the current
+ * one (tile_stream). */
+template <int E, int MIN_BLOCKS, bool KDA, class State, class Act, int STAGES = SSM_TILE_STAGES>
 __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
 {
     constexpr int RPL = SSM_TILE_RPL;
@@ -638,7 +649,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
                     : NULL;
     State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
     if constexpr (PIPELINE)
-        tile_stream<E, RPL, KDA, State, Act>(a, j, source, first, last);
+        tile_stream<E, RPL, KDA, State, Act, STAGES>(a, j, source, first, last);
     else {
         /* one tile: tile_passes() gives jobs with history or several tokens one */
         /* Records, q and cursors may come from the prologue. (Waiting after

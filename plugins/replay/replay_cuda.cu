@@ -6,9 +6,11 @@
  * outputs without writing the checkpoint: by re-running the history through
  * native's update (outputs = exact, tile_kernel) or through the replay
  * identity (identity.cuh). When n + T + T_max > L (ring_folds; the rule
- * n + 2T > L at full width) the step folds first, in its own kernel (exact)
- * or in a fold job just before the identity's (tile_kernel's HISTORY_FOLD):
- * it applies the n committed records and stores the checkpoint, and the
+ * n + 2T > L at full width) the step folds first, in its tile job (exact),
+ * or for the identity in a fold job just before it (tile_kernel's
+ * HISTORY_FOLD) or, at large batches, in the identity kernel's own blocks
+ * (identity_fold): it applies the n committed records and stores the
+ * checkpoint, and the
  * commit then starts the ring after them. The decision is made on the
  * device from n, the same way in prep, step and commit, so it needs no host
  * sync and survives graph replay.

@@ -23,6 +23,8 @@ namespace ssm {
 
 /* When decode and verify run in one launch (step_in_one_launch). */
 enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
+/* Where replay's identity step folds (identity_fold_inside). */
+enum { IDENTITY_FOLD_AUTO, IDENTITY_FOLD_INSIDE, IDENTITY_FOLD_JOB };
 #define ONE_LAUNCH_DECODE_ROWS 8
 
 /* What every mode keeps on the GPU besides its states. */
@@ -46,6 +48,8 @@ struct gpu_common {
      * zero between steps. */
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
+    int32_t identity_fold; /* IDENTITY_FOLD_*: where replay's identity step folds */
+    int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
@@ -134,6 +138,19 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
                    : strcmp(one_launch, "1") == 0 ? ONE_LAUNCH_ALWAYS
                    : strcmp(one_launch, "0") == 0 ? ONE_LAUNCH_NEVER
                                                   : ONE_LAUNCH_AUTO;
+    /* SSMSTATE_CUDA_REPLAY_FOLD: inside folds in the identity kernel's
+     * blocks, job in a fold job before it; unset, identity_fold_inside's
+     * rule. The same bits either way. */
+    const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
+    g.identity_fold = !fold                       ? IDENTITY_FOLD_AUTO
+                      : strcmp(fold, "inside") == 0 ? IDENTITY_FOLD_INSIDE
+                      : strcmp(fold, "job") == 0    ? IDENTITY_FOLD_JOB
+                                                    : IDENTITY_FOLD_AUTO;
+    /* SSMSTATE_CUDA_DECODE_STAGES=3: a one-token tile job stages two tiles
+     * ahead instead of one (more bytes in flight, 48 KiB of shared memory
+     * a block). A measuring knob until timed; the same bits either way. */
+    const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
+    g.decode_stages = stages && strcmp(stages, "3") == 0 ? 3 : SSM_TILE_STAGES;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
      * exponentials through the hardware's approximations (prep.cuh's dev_*
      * helpers; other bits than the CPU's, the same in every mode). Off by
@@ -379,7 +396,12 @@ inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t s
     /* one-token jobs: 4 (tile_min_blocks); others: launch_tile's choice */
     switch (tile_one_token(a) ? 4 : a.multi_token_blocks) {
     case 1: launch_kernel(tile_kernel<E, 1, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
-    case 4: launch_kernel(tile_kernel<E, 4, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
+    case 4:
+        if (a.decode_stages == 3) /* three 16 KiB stages: the 48 KiB of static shared memory */
+            launch_kernel(tile_kernel<E, 4, KDA, State, Act, 3>, grid, block, 0, st, a.after_prep, a);
+        else
+            launch_kernel(tile_kernel<E, 4, KDA, State, Act>, grid, block, 0, st, a.after_prep, a);
+        break;
     default: launch_kernel(tile_kernel<E, 6, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
     }
 }
@@ -469,6 +491,7 @@ inline ssm_status launch_tile(const gpu_common &g, const tile_args &a, void *str
                         (long long)jobs);
     tile_args with_blocks = a;
     with_blocks.passes = passes;
+    with_blocks.decode_stages = g.decode_stages;
     with_blocks.multi_token_blocks = tile_budget(g, a);
     with_blocks.after_prep = tile_overlap(g, a);
     with_blocks.window_x = a.conv && a.accepted
@@ -796,57 +819,93 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
-template <int MAXT, bool KDA, class Act, bool EXACT>
+template <int E, int MAXT, bool KDA, class Act, bool EXACT>
 inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
 {
     dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V), a.d.HV);
     dim3 block(SSM_IDENTITY_THREADS);
     size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d);
-    cudaFuncSetAttribute(identity_kernel<MAXT, KDA, Act, EXACT>,
+    cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    launch_kernel(identity_kernel<MAXT, KDA, Act, EXACT>, grid, block, shared, st, a.after_prep,
-                  a);
+    launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT>, grid, block, shared, st,
+                  a.after_prep, a);
 }
 
 /* The kernel's registers hold 2 MAXT products a row: 4 for MTP rounds of
  * up to 4 tokens (a kernel of its own for exactly 4, the T = 4 round every
  * MTP engine runs), else 16 (SSM_MAX_DRAFT_TOKENS + 1). */
-template <bool KDA, class Act>
+template <int E, bool KDA, class Act>
 inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
 {
     if (a.tokens == 4)
-        launch_identity_typed<4, KDA, Act, true>(a, st);
+        launch_identity_typed<E, 4, KDA, Act, true>(a, st);
     else if (a.tokens < 4)
-        launch_identity_typed<4, KDA, Act, false>(a, st);
+        launch_identity_typed<E, 4, KDA, Act, false>(a, st);
     else
-        launch_identity_typed<16, KDA, Act, false>(a, st);
+        launch_identity_typed<E, 16, KDA, Act, false>(a, st);
+}
+
+template <int E, class Act>
+inline void launch_identity_kind(const tile_args &a, cudaStream_t st)
+{
+    if (a.d.kda)
+        launch_identity_tokens<E, true, Act>(a, st);
+    else
+        launch_identity_tokens<E, false, Act>(a, st);
+}
+
+template <class Act>
+inline void launch_identity_keys(const tile_args &a, cudaStream_t st)
+{
+    switch (a.d.K) { /* as launch_tile_typed */
+    case 32: launch_identity_kind<4, Act>(a, st); break;
+    case 64: launch_identity_kind<8, Act>(a, st); break;
+    default: launch_identity_kind<16, Act>(a, st); break;
+    }
+}
+
+/* Whether the identity kernel folds the rows that need it in its own
+ * blocks: once the batch gives every SM SSM_IDENTITY_FOLD_HEADS_PER_SM
+ * heads. Then a fold job's launch (a block per tile, nearly all returning
+ * at once) is a cost on every step, while a folding block, which runs its
+ * head's tiles one after another, has many others to hide behind. In
+ * small batches that block would be the step's critical path (folding
+ * inside measured slower at 16 rows), so the fold job stays. */
+#define SSM_IDENTITY_FOLD_HEADS_PER_SM 8
+inline bool identity_fold_inside(const gpu_common &g, const tile_args &a)
+{
+    if (g.identity_fold != IDENTITY_FOLD_AUTO)
+        return g.identity_fold == IDENTITY_FOLD_INSIDE;
+    return g.sms > 0 &&
+           (int64_t)a.rows * a.d.HV >= (int64_t)g.sms * SSM_IDENTITY_FOLD_HEADS_PER_SM;
 }
 
 /* Replay's output-only step through the identity (fp32 state): the rows
- * whose ring would overflow fold first (tile_kernel's HISTORY_FOLD job),
- * then identity.cuh's kernel. */
+ * whose ring would overflow fold first, in the identity kernel's blocks or
+ * in tile_kernel's HISTORY_FOLD job before it (identity_fold_inside), then
+ * identity.cuh's kernel. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
-    tile_args fold = a;
-    fold.history_mode = HISTORY_FOLD;
-    fold.store = STORE_NONE;
-    fold.out = NULL;
-    ssm_status st = launch_tile(g, fold, stream, s);
-    if (st != SSM_OK)
-        return st;
-    cudaStream_t cs = (cudaStream_t)stream;
     tile_args b = a;
-    b.after_prep = a.after_prep && g.overlap; /* here: after the fold job */
-    bool bf16_act = g.act_dtype == SSM_DTYPE_BF16;
-    if (b.d.kda)
-        bf16_act ? launch_identity_tokens<true, bf16>(b, cs)
-                 : launch_identity_tokens<true, float>(b, cs);
+    b.fold_inside = identity_fold_inside(g, a);
+    if (!b.fold_inside) {
+        tile_args fold = a;
+        fold.history_mode = HISTORY_FOLD;
+        fold.store = STORE_NONE;
+        fold.out = NULL;
+        ssm_status st = launch_tile(g, fold, stream, s);
+        if (st != SSM_OK)
+            return st;
+    }
+    cudaStream_t cs = (cudaStream_t)stream;
+    b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
+    if (g.act_dtype == SSM_DTYPE_BF16)
+        launch_identity_keys<bf16>(b, cs);
     else
-        bf16_act ? launch_identity_tokens<false, bf16>(b, cs)
-                 : launch_identity_tokens<false, float>(b, cs);
+        launch_identity_keys<float>(b, cs);
     return launch_status(s, "replay identity kernel");
 }
 
