@@ -252,8 +252,7 @@ int cmd_bench(int argc, char **argv)
 
     ssm_config *loaded[MAX_CONFIGS] = {NULL};
     for (int i = 0; i < config_count && exit_code == CLI_EXIT_OK; i++)
-        if (ssm_config_load(configs[i], &loaded[i]) != SSM_OK)
-            exit_code = cli_fail_library();
+        exit_code = cli_load_config(configs[i], &loaded[i], NULL);
 #ifndef HAVE_CUDA
     if (exit_code == CLI_EXIT_OK) {
         const ssm_device gpu = {SSM_DEVICE_CUDA, loaded[0]->device.type == SSM_DEVICE_CUDA

@@ -103,6 +103,9 @@ static ssm_status check_other_sections(const ssm_config *c)
         const char *name = c->mode_section_names[i];
         if (strcmp(name, c->mode) == 0)
             continue;
+        /* [workload] is the ssmstate command's section, kept as text: no plugin's. */
+        if (strcmp(name, "workload") == 0)
+            continue;
         ssm_loaded_plugin other = {0};
         char where[512];
         ssm_config_where(c, c->mode_section_lines[i], where, sizeof where);

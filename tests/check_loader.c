@@ -372,6 +372,27 @@ START_TEST(test_pool_past_2_64_bytes)
 }
 END_TEST
 
+/* [workload] is the ssmstate command's section: no plugin is asked about
+ * it, whatever it holds (the command reads it, tools/workload.c). */
+START_TEST(test_workload_section_is_no_mode)
+{
+    static const char state[] = "[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%s[workload]\nrequests = 2\nseeds = not checked here\n", state);
+    ck_assert_int_eq(create_from_text(text), SSM_OK);
+    snprintf(text, sizeof text, "%s%s[workload]\n", model_text, state);
+    ssm_config *config = NULL;
+    ck_assert_int_eq(ssm_config_parse_text(text, "test.ini", &config), SSM_OK);
+    ssm_plan plan;
+    ck_assert_msg(ssm_config_plan(config, &plan) == SSM_OK, "%s", ssm_last_error());
+    ssm_config_free(config);
+    /* Beside it, a section no plugin claims is still an error. */
+    snprintf(text, sizeof text, "%s[workload]\nseed = 3\n[typo]\n", state);
+    ck_assert_int_eq(create_from_text(text), SSM_ERR_CONFIG);
+    ck_assert_error_has("test.ini:15: unknown section [typo]");
+}
+END_TEST
+
 START_TEST(test_mode_option_checked_by_plugin)
 {
     ck_assert_int_eq(create_from_text("[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n"
@@ -538,6 +559,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_device_checked_first);
     tcase_add_test(contexts, test_unknown_section_is_config_error);
     tcase_add_test(contexts, test_pool_past_2_64_bytes);
+    tcase_add_test(contexts, test_workload_section_is_no_mode);
     tcase_add_test(contexts, test_mode_option_checked_by_plugin);
     tcase_add_test(contexts, test_good_context);
     tcase_add_test(contexts, test_replay_matrix_needs_gdn);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
+#include "workload.h"
 
 /* Exit codes of every subcommand. */
 enum {
@@ -64,6 +65,13 @@ int cli_make_directories(const char *dir);
 
 /* cli_fail with the library's ssm_last_error() as the message. */
 int cli_fail_library(void);
+
+/* Loads CONFIG (ssm_config_load) and reads its [workload] into *w
+ * (workload.h; w may be NULL where the subcommand has no use for it: the
+ * section is checked all the same, so every subcommand refuses the configs
+ * `check` refuses). Returns CLI_EXIT_OK with *config to ssm_config_free, or
+ * an exit code after printing the error (nothing to free then). */
+int cli_load_config(const char *path, ssm_config **config, workload *w);
 
 /* Every plugin ssm_plugins_list() finds from plugin_dir (NULL: the default
  * path), in a calloc'ed array the caller frees. Returns CLI_EXIT_OK, or an

@@ -199,8 +199,9 @@ int cmd_check(int argc, char **argv)
     const char *path = argv[optind];
 
     ssm_config *config = NULL;
-    if (ssm_config_load(path, &config) != SSM_OK)
-        return cli_fail_library();
+    int exit_code = cli_load_config(path, &config, NULL); /* [workload] too */
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
     ssm_plan plan;
     if (ssm_config_plan(config, &plan) != SSM_OK) {
         ssm_config_free(config);
@@ -209,7 +210,7 @@ int cmd_check(int argc, char **argv)
     print_config(path, config);
     print_replay(config);
     print_plan(&plan);
-    int exit_code = print_modes(config, pool_bytes);
+    exit_code = print_modes(config, pool_bytes);
     ssm_config_free(config);
     return exit_code;
 }

@@ -105,19 +105,21 @@ static int pick_device(const char *text, ssm_device *out)
 }
 
 /* The context of CONFIG, on `device` when it is not NULL (asked for as
- * --device `text`). */
+ * --device `text`), and the config's [workload] into *w. */
 static int create_context(const char *path, const ssm_device *device, const char *text,
-                          ssm_ctx **ctx)
+                          ssm_ctx **ctx, workload *w)
 {
-    if (!device)
-        return ssm_ctx_create_from_file(path, ctx) == SSM_OK ? CLI_EXIT_OK : cli_fail_library();
     ssm_config *config = NULL;
-    if (ssm_config_load(path, &config) != SSM_OK)
-        return cli_fail_library();
-    config->device = *device;
+    int exit_code = cli_load_config(path, &config, w);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
+    if (device)
+        config->device = *device;
     ssm_status status = ssm_ctx_create(config, ctx);
     ssm_config_free(config);
-    return status == SSM_OK ? CLI_EXIT_OK : cli_fail("--device %s: %s", text, ssm_last_error());
+    if (status == SSM_OK)
+        return CLI_EXIT_OK;
+    return device ? cli_fail("--device %s: %s", text, ssm_last_error()) : cli_fail_library();
 }
 
 /* FNV-1a, 64 bits. */
@@ -210,9 +212,12 @@ int cmd_run(int argc, char **argv)
                         "--load");
 
     ssm_ctx *ctx = NULL;
-    int created = create_context(argv[optind], device_text ? &device : NULL, device_text, &ctx);
+    workload work;
+    int created = create_context(argv[optind], device_text ? &device : NULL, device_text, &ctx,
+                                 &work);
     if (created != CLI_EXIT_OK)
         return created;
+    opt.workload = &work;
     ssm_plan plan;
     if (ssm_ctx_plan(ctx, &plan) != SSM_OK) {
         ssm_ctx_destroy(ctx);

@@ -181,8 +181,8 @@ static int create_contexts(const ssm_config *config, mode_run *runs, int count)
     return CLI_EXIT_OK;
 }
 
-static int open_sessions(const ssm_config *config, compare_baseline *baseline, mode_run *runs,
-                         int count)
+static int open_sessions(const ssm_config *config, const workload *w,
+                         compare_baseline *baseline, mode_run *runs, int count)
 {
     for (int i = 0; i < count; i++) {
         mode_run *run = &runs[i];
@@ -192,7 +192,7 @@ static int open_sessions(const ssm_config *config, compare_baseline *baseline, m
         if (run->report->relation == MODES_REPLAY) {
             run->report->history = fold_rule_option(config, "history", FOLD_RULE_DEFAULT_HISTORY);
             run->fold_rows = fold_rule_option(config, "fold_rows", FOLD_RULE_DEFAULT_FOLD_ROWS);
-            run->since_checkpoint = calloc((size_t)config->workload.requests *
+            run->since_checkpoint = calloc((size_t)w->requests *
                                                (size_t)config->model.layers,
                                            sizeof(int32_t));
             if (!run->since_checkpoint)
@@ -200,7 +200,7 @@ static int open_sessions(const ssm_config *config, compare_baseline *baseline, m
         }
         run->observer = i == 0 ? (session_observer){run, keep_output, keep_final_state}
                                : (session_observer){run, compare_block, compare_state};
-        session_options opt = {.observer = &run->observer};
+        session_options opt = {.workload = w, .observer = &run->observer};
         int exit_code = session_open(run->ctx, &opt, &run->report->summary, &run->session);
         if (exit_code != CLI_EXIT_OK)
             return exit_code;
@@ -251,8 +251,10 @@ int cmd_run_modes(const char *config_path, const char *modes, int show_progress,
                   const ssm_device *device)
 {
     ssm_config *config = NULL;
-    if (ssm_config_load(config_path, &config) != SSM_OK)
-        return cli_fail_library();
+    workload work;
+    int exit_code = cli_load_config(config_path, &config, &work);
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
     if (device)
         config->device = *device;
     modes_report_mode reports[MAX_MODES];
@@ -263,7 +265,7 @@ int cmd_run_modes(const char *config_path, const char *modes, int show_progress,
         runs[i].report = &reports[i];
     int count = 0;
     compare_baseline *baseline = NULL;
-    int exit_code = parse_modes(modes, config, runs, &count);
+    exit_code = parse_modes(modes, config, runs, &count);
     if (exit_code == CLI_EXIT_OK)
         exit_code = create_contexts(config, runs, count);
     if (exit_code == CLI_EXIT_OK &&
@@ -271,7 +273,7 @@ int cmd_run_modes(const char *config_path, const char *modes, int show_progress,
                                 BOUND_ONE_DEVICE, &baseline) != 0)
         exit_code = cli_fail("out of memory");
     if (exit_code == CLI_EXIT_OK)
-        exit_code = open_sessions(config, baseline, runs, count);
+        exit_code = open_sessions(config, &work, baseline, runs, count);
     if (exit_code == CLI_EXIT_OK)
         exit_code = run_lockstep(show_progress, baseline, runs, count);
     exit_code = close_sessions(runs, count, exit_code);

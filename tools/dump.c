@@ -121,10 +121,9 @@ static int write_array(dump *d, const char *key, const char *name, const int64_t
 
 /* ------------------------------------------------------------ manifest */
 
-static void write_preamble(dump *d, const ssm_config *c)
+static void write_preamble(dump *d, const ssm_config *c, const workload *w)
 {
     const ssm_model_dims *m = &c->model;
-    const ssm_workload *w = &c->workload;
     FILE *f = d->manifest;
     fprintf(f, "{\n  \"format\": \"ssmstate-dump\",\n  \"version\": 1,\n");
     fprintf(f, "  \"generator\": \"ssmstate %d.%d.%d run\",\n  \"config\": ",
@@ -174,7 +173,7 @@ static void write_preamble(dump *d, const ssm_config *c)
           f);
 }
 
-int dump_open(const char *dir, const ssm_config *config, dump **out)
+int dump_open(const char *dir, const ssm_config *config, const workload *w, dump **out)
 {
     dump *d = calloc(1, sizeof *d);
     if (!d || !(d->dir = strdup(dir))) {
@@ -196,7 +195,7 @@ int dump_open(const char *dir, const ssm_config *config, dump **out)
         free(d);
         return exit_code;
     }
-    write_preamble(d, config);
+    write_preamble(d, config, w);
     fputs("  \"layers\": [", d->manifest);
     d->first_item = 1;
     d->request = -1;

@@ -11,16 +11,17 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
+#include "workload.h"
 
 /* Writes a float32 array as an NPY v1.0 file. Returns 0, or -1 with errno. */
 int npy_write_f32(const char *path, const int64_t *shape, int ndim, const float *data);
 
 typedef struct dump dump;
 
-/* Creates dir (and missing parents) and starts its manifest with the model,
- * dtypes and workload of `config`. Returns CLI_EXIT_OK or an exit code after
- * printing the error. */
-int dump_open(const char *dir, const ssm_config *config, dump **out);
+/* Creates dir (and missing parents) and starts its manifest with the model
+ * and dtypes of `config` and the session's workload `w`. Returns
+ * CLI_EXIT_OK or an exit code after printing the error. */
+int dump_open(const char *dir, const ssm_config *config, const workload *w, dump **out);
 
 /* One layer's weights (conv_bias may be NULL: recorded as absent). */
 int dump_layer_weights(dump *d, int32_t layer, const ssm_layer_weights *w);

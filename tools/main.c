@@ -101,6 +101,23 @@ int cli_fail_library(void)
     return cli_fail("%s", message[0] ? message : "unknown error");
 }
 
+int cli_load_config(const char *path, ssm_config **config, workload *w)
+{
+    ssm_config *loaded = NULL;
+    if (ssm_config_load(path, &loaded) != SSM_OK)
+        return cli_fail_library();
+    workload read;
+    char error[1024];
+    if (workload_from_config(loaded, &read, error, sizeof error) != 0) {
+        ssm_config_free(loaded);
+        return cli_fail("%s", error);
+    }
+    if (w)
+        *w = read;
+    *config = loaded;
+    return CLI_EXIT_OK;
+}
+
 const char *cli_format_bytes(uint64_t bytes, char *buf, size_t len)
 {
     static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};

@@ -29,7 +29,7 @@ static double now_seconds(void)
 static int request_done(const session *s, const request *req)
 {
     return req->committed >= req->prompt_tokens &&
-           req->rounds >= s->config->workload.decode_steps;
+           req->rounds >= s->workload.decode_steps;
 }
 
 /* ------------------------------------------------------------- set up */
@@ -96,7 +96,7 @@ static void session_free(session *s)
 static int allocate_buffers(session *s, int dumping)
 {
     const ssm_model_dims *m = &s->model;
-    const ssm_workload *w = &s->config->workload;
+    const workload *w = &s->workload;
     const size_t as = ssm_dtype_size(s->act), ss = ssm_dtype_size(s->state_dtype);
     const size_t d = (size_t)ssm_conv_channels(m), gw = (size_t)ssm_gate_width(m);
     const size_t hv = (size_t)m->value_heads, out_width = hv * (size_t)m->value_dim;
@@ -154,18 +154,21 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
     ssm_plan plan;
     if (ssm_ctx_plan(ctx, &plan) != SSM_OK)
         return cli_fail_library();
+    if (!opt->workload)
+        return cli_fail("internal error: a session without a workload");
     s->ctx = ctx;
     s->config = c;
+    s->workload = *opt->workload;
     s->model = c->model;
     s->act = c->activation_dtype;
     s->state_dtype = c->state_dtype;
     s->lanes = c->max_requests < plan.capacity ? c->max_requests : plan.capacity;
     s->tokens_per_row = 1 + c->max_draft_tokens;
-    s->max_committed = (int64_t)c->workload.prompt_max +
-                       (int64_t)c->workload.decode_steps * s->tokens_per_row;
+    s->max_committed = (int64_t)s->workload.prompt_max +
+                       (int64_t)s->workload.decode_steps * s->tokens_per_row;
     s->sum = sum;
     s->observer = opt->observer;
-    sum->requests = c->workload.requests;
+    sum->requests = s->workload.requests;
     sum->lanes = s->lanes;
     sum->tokens_per_row = s->tokens_per_row;
 
@@ -194,17 +197,17 @@ static int session_init(session *s, ssm_ctx *ctx, const session_options *opt,
     if ((exit_code = session_device_open(&s->device, c->device, &host)) != CLI_EXIT_OK)
         return exit_code;
     sum->bound = shadow_bound_text(s->shadow);
-    for (int32_t i = 0; i < c->workload.requests; i++) {
+    for (int32_t i = 0; i < s->workload.requests; i++) {
         request *req = &s->requests[i];
         req->id = i;
-        req->prompt_tokens = synth_prompt_length(&c->workload, i);
+        req->prompt_tokens = synth_prompt_length(&s->workload, i);
         req->slot = -1;
         req->lane = -1;
-        req->accepted = s->accepted_history + (int64_t)i * c->workload.decode_steps;
+        req->accepted = s->accepted_history + (int64_t)i * s->workload.decode_steps;
     }
     if (!opt->dump_dir)
         return CLI_EXIT_OK;
-    if ((exit_code = dump_open(opt->dump_dir, c, &s->dump)) != CLI_EXIT_OK)
+    if ((exit_code = dump_open(opt->dump_dir, c, &s->workload, &s->dump)) != CLI_EXIT_OK)
         return exit_code;
     for (int32_t l = 0; l < s->model.layers; l++)
         if ((exit_code = dump_layer_weights(s->dump, l, &s->weights.layer[l])) != CLI_EXIT_OK)
@@ -317,7 +320,7 @@ static void insert_padding_row(batch_rows *b, int32_t at, int32_t tokens)
  * padding row joins every third round batch, at a moving position. */
 static void plan_forward(session *s)
 {
-    const ssm_workload *w = &s->config->workload;
+    const workload *w = &s->workload;
     const int32_t t = s->tokens_per_row;
     s->prefill.count = s->round.count = 0;
     for (int32_t lane = 0; lane < s->lanes; lane++) {
@@ -345,7 +348,7 @@ static void fill_inputs(session *s, const batch_rows *b, int32_t layer)
     for (int32_t r = 0; r < b->count; r++) {
         const request *req = b->rows[r].req;
         for (int32_t t = 0; t < b->rows[r].tokens; t++)
-            synth_token_inputs(&s->model, s->act, s->config->workload.seed, req ? req->id : -1,
+            synth_token_inputs(&s->model, s->act, s->workload.seed, req ? req->id : -1,
                                (req ? req->committed : 0) + t, layer, &dst, b->offsets[r] + t);
     }
 }
@@ -529,7 +532,7 @@ static int dump_finished(session *s, const request *req)
 
     for (int32_t l = 0; exit_code == CLI_EXIT_OK && l < m->layers; l++) {
         for (int64_t t = 0; t < n; t++) {
-            synth_token_inputs(m, s->act, s->config->workload.seed, req->id, t, l, &one, 0);
+            synth_token_inputs(m, s->act, s->workload.seed, req->id, t, l, &one, 0);
             widen(s->stage_x + t * d, s->one_x, s->act, d);
             widen(s->stage_gate + t * gw, s->one_gate, s->act, gw);
             widen(s->stage_beta + t * hv, s->one_beta, s->act, hv);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
+#include "workload.h"
 
 /* One row's outputs for one layer, as the library just wrote them. */
 typedef enum session_step_kind {
@@ -39,6 +40,7 @@ typedef struct session_observer {
 } session_observer;
 
 typedef struct session_options {
+    const workload *workload;         /* the session's requests (the config's [workload]) */
     const char *dump_dir;             /* NULL: no dump */
     int show_progress;                /* draw the progress bar (on a terminal only) */
     const session_observer *observer; /* NULL: none */
@@ -77,13 +79,13 @@ typedef struct session_summary {
  * no NaN. */
 int session_passed(const session_summary *s);
 
-/* Runs the whole workload on ctx (a CPU context). Returns CLI_EXIT_OK when the
+/* Runs the whole workload (opt->workload) on ctx. Returns CLI_EXIT_OK when the
  * session ran to the end (the checks' outcome is in *out), or an exit code
  * after printing why it could not. */
 int session_run(ssm_ctx *ctx, const session_options *opt, session_summary *out);
 
 /* The same, one forward at a time, so several sessions can run in lockstep.
- * The schedule is a pure function of the config's [workload] and max_requests,
+ * The schedule is a pure function of the workload and max_requests,
  * so sessions of one config on different modes make the same forwards.
  *
  * session_open prepares a session on ctx (which must outlive it) writing its

@@ -88,7 +88,7 @@ typedef struct print_field {
 
 static void fingerprint_fields(const session *s, print_field f[PRINT_FIELDS])
 {
-    const ssm_workload *w = &s->config->workload;
+    const workload *w = &s->workload;
     const ssm_model_dims *m = &s->model;
     static const struct {
         field_kind kind;
@@ -271,7 +271,7 @@ static int load_lane(session *s, const char *dir, int32_t l, int32_t id, int32_t
                      int32_t rounds, const int32_t *accepted)
 {
     if (l < 0 || l >= s->lanes || s->lane_request[l] || id < 0 || id >= s->next_request ||
-        rounds < 0 || rounds > s->config->workload.decode_steps || committed < 0 ||
+        rounds < 0 || rounds > s->workload.decode_steps || committed < 0 ||
         s->requests[id].slot >= 0)
         return cli_fail("%s/session.txt: lane %d request %d does not fit this session", dir,
                         (int)l, (int)id);
@@ -379,7 +379,7 @@ static int expect_end(line_reader *r)
  * "tokens ..."), each held to what this workload can reach. */
 static int read_counters(session *s, const char *path, char *forwards_line, char *tokens_line)
 {
-    const ssm_workload *w = &s->config->workload;
+    const workload *w = &s->workload;
     long long prompts = 0, most_forwards = 0;
     for (int32_t i = 0; i < w->requests; i++) {
         prompts += s->requests[i].prompt_tokens;
@@ -424,7 +424,7 @@ static int read_counters(session *s, const char *path, char *forwards_line, char
 /* A lane line: "lane L request I committed C rounds R accepted A1 .. AR". */
 static int read_lane(session *s, const char *dir, const char *path, char *line, int32_t *accepted)
 {
-    const ssm_workload *w = &s->config->workload;
+    const workload *w = &s->workload;
     const long long most_committed = (long long)w->prompt_max +
                                      (long long)w->decode_steps * s->tokens_per_row;
     long long l, id, committed, rounds;
@@ -474,7 +474,7 @@ int session_load(session *s, const char *dir)
                                  i == 0 ? "forwards" : "tokens");
     if (exit_code == CLI_EXIT_OK)
         exit_code = read_counters(s, path, counters[0], counters[1]);
-    int32_t *accepted = malloc(sizeof(int32_t) * (size_t)(s->config->workload.decode_steps + 1));
+    int32_t *accepted = malloc(sizeof(int32_t) * (size_t)(s->workload.decode_steps + 1));
     if (!accepted && exit_code == CLI_EXIT_OK)
         exit_code = cli_fail("out of memory");
     int busy = 0;

@@ -43,6 +43,7 @@ typedef struct batch_rows {
 struct session {
     ssm_ctx *ctx;
     const ssm_config *config;
+    workload workload; /* a copy of the options' */
     ssm_model_dims model;
     ssm_dtype act, state_dtype;
     int32_t lanes, tokens_per_row;

@@ -79,7 +79,7 @@ void synth_weights_destroy(synth_weights *w)
     w->storage = NULL;
 }
 
-int32_t synth_prompt_length(const ssm_workload *w, int32_t request)
+int32_t synth_prompt_length(const workload *w, int32_t request)
 {
     rng r = rng_at3(w->seed, STREAM_PROMPT, (uint64_t)request, 0, 0);
     int64_t span = (int64_t)w->prompt_max - w->prompt_min + 1;
@@ -87,7 +87,7 @@ int32_t synth_prompt_length(const ssm_workload *w, int32_t request)
     return w->prompt_min + (int32_t)(pick < span ? pick : span - 1);
 }
 
-int32_t synth_accepted_length(const ssm_workload *w, int32_t request, int32_t round,
+int32_t synth_accepted_length(const workload *w, int32_t request, int32_t round,
                               int32_t tokens)
 {
     rng r = rng_at3(w->seed, STREAM_ACCEPT, (uint64_t)request, (uint64_t)round, 0);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "ssmstate/ssmstate.h"
+#include "workload.h"
 
 /* fp32 weights of every layer with realistic statistics: conv weight
  * ~ N(0, 1/W), conv bias ~ N(0, 0.05^2), A_log = log(U[1, 16]),
@@ -29,12 +30,12 @@ int synth_weights_create(const ssm_model_dims *m, uint64_t seed, synth_weights *
 void synth_weights_destroy(synth_weights *w);
 
 /* Prompt length of a request, uniform in [prompt_min, prompt_max]. */
-int32_t synth_prompt_length(const ssm_workload *w, int32_t request);
+int32_t synth_prompt_length(const workload *w, int32_t request);
 
 /* Accepted length of a verify round of `tokens` tokens: 1 (the first token
  * is always accepted) plus the number of leading drafts accepted, each with
  * probability w->acceptance. */
-int32_t synth_accepted_length(const ssm_workload *w, int32_t request, int32_t round,
+int32_t synth_accepted_length(const workload *w, int32_t request, int32_t round,
                               int32_t tokens);
 
 /* Destination of one token's inputs: element 0 of token `at` in buffers of

@@ -323,8 +323,9 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
 {
     *printed = 0;
     ssm_config *config = NULL;
-    if (ssm_config_load(path, &config) != SSM_OK)
-        return cli_fail_library();
+    int exit_code = cli_load_config(path, &config, NULL); /* [workload]: checked, not used */
+    if (exit_code != CLI_EXIT_OK)
+        return exit_code;
     cli_device dev;
     uint8_t *mask = malloc((size_t)config->model.layers);
     int32_t checked = mask ? serve_check_layers(o->check_layers, config->model.layers, mask) : 0;
@@ -335,7 +336,7 @@ static int run_config(const char *path, const serve_options *o, serve_table *tab
         return cli_fail("serve: --check-layers %s: %s has %d layers",
                         o->check_layers ? o->check_layers : "ends", path, layers);
     }
-    int exit_code = device_pick(o->device, config, &dev);
+    exit_code = device_pick(o->device, config, &dev);
     char error[512];
     if (exit_code == CLI_EXIT_OK && device_open(&dev, error, sizeof error) != 0)
         exit_code = cli_fail("serve: %s", error);

@@ -163,36 +163,6 @@ static ssm_status check_state(const checker *ck)
     return check_int_keys(ck, SECTION_STATE);
 }
 
-static ssm_status check_workload(const checker *ck)
-{
-    const ssm_workload *w = &ck->config->workload;
-    ssm_status status = check_int_keys(ck, SECTION_WORKLOAD);
-    if (status != SSM_OK)
-        return status;
-    if (w->prompt_max < w->prompt_min)
-        return check_fail(ck, KEY_PROMPT_MAX, KEY_PROMPT_MIN,
-                          "[workload] prompt_max = %d must be >= prompt_min = %d",
-                          (int)w->prompt_max, (int)w->prompt_min);
-    if (!(w->acceptance >= 0.0 && w->acceptance <= 1.0)) /* NaN fails too */
-        return check_fail(ck, KEY_ACCEPTANCE, KEY_NONE,
-                          "[workload] acceptance = %g is out of range (allowed: 0..1)",
-                          w->acceptance);
-    /* Each key in range, the session as a whole may still be past what a
-     * run can finish: its tokens, at most. */
-    const int64_t tokens_per_round = 1 + (int64_t)ck->config->max_draft_tokens;
-    const int64_t request_tokens = (int64_t)w->prompt_max + (int64_t)w->decode_steps * tokens_per_round;
-    if ((int64_t)w->requests * request_tokens > SSM_MAX_WORKLOAD_TOKENS)
-        return check_fail(ck, KEY_REQUESTS, KEY_PROMPT_MAX,
-                          "[workload] requests = %d of up to %lld tokens each (prompt_max %d + "
-                          "decode_steps %d x %lld) make a session of %lld tokens, past the %lld "
-                          "a run can finish",
-                          (int)w->requests, (long long)request_tokens, (int)w->prompt_max,
-                          (int)w->decode_steps, (long long)tokens_per_round,
-                          (long long)w->requests * request_tokens,
-                          (long long)SSM_MAX_WORKLOAD_TOKENS);
-    return SSM_OK;
-}
-
 /* [tuning] (docs/tuning.md): a known mode, and a cache file unless off. The
  * file itself is looked at when a CUDA context is created, not here. */
 static ssm_status check_tuning(const checker *ck)
@@ -220,8 +190,6 @@ ssm_status check_config(const checker *ck)
         status = check_head_slice(ck);
     if (status == SSM_OK)
         status = check_state(ck);
-    if (status == SSM_OK)
-        status = check_workload(ck);
     if (status == SSM_OK)
         status = check_tuning(ck);
     return status;

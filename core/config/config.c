@@ -17,7 +17,7 @@
 
 /* ------------------------------------------------------------ the keys */
 
-const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "workload", "tuning"};
+const char *const section_names[SECTION_FIXED_COUNT] = {"model", "state", "tuning"};
 
 #define INT_KEY(section, name, required, field, min, max) \
     {section, name, required, 1, offsetof(ssm_config, field), min, max}
@@ -47,33 +47,11 @@ const key_spec key_specs[KEY_COUNT] = {
     [KEY_MAX_DRAFT_TOKENS] = INT_KEY(SECTION_STATE, "max_draft_tokens", 0, max_draft_tokens, 0,
                                      SSM_MAX_DRAFT_TOKENS),
     [KEY_PLUGIN_DIR] = OTHER_KEY(SECTION_STATE, "plugin_dir", 0),
-    [KEY_REQUESTS] = INT_KEY(SECTION_WORKLOAD, "requests", 0, workload.requests, 1,
-                             SSM_MAX_WORKLOAD_COUNT),
-    [KEY_PROMPT_MIN] = INT_KEY(SECTION_WORKLOAD, "prompt_min", 0, workload.prompt_min, 1,
-                               SSM_MAX_WORKLOAD_COUNT),
-    [KEY_PROMPT_MAX] = INT_KEY(SECTION_WORKLOAD, "prompt_max", 0, workload.prompt_max, 1,
-                               SSM_MAX_WORKLOAD_COUNT),
-    [KEY_PREFILL_CHUNK] = INT_KEY(SECTION_WORKLOAD, "prefill_chunk", 0, workload.prefill_chunk, 1,
-                                  SSM_MAX_WORKLOAD_COUNT),
-    [KEY_DECODE_STEPS] = INT_KEY(SECTION_WORKLOAD, "decode_steps", 0, workload.decode_steps, 0,
-                                 SSM_MAX_WORKLOAD_COUNT),
-    [KEY_ACCEPTANCE] = OTHER_KEY(SECTION_WORKLOAD, "acceptance", 0),
-    [KEY_SEED] = OTHER_KEY(SECTION_WORKLOAD, "seed", 0),
     /* docs/tuning.md */
     [KEY_TUNING_MODE] = OTHER_KEY(SECTION_TUNING, "mode", 0),
     [KEY_TUNING_CACHE] = OTHER_KEY(SECTION_TUNING, "cache", 0),
     [KEY_TUNING_BUDGET_MS] = INT_KEY(SECTION_TUNING, "budget_ms", 0, tuning.budget_ms, 0,
                                      SSM_TUNING_MAX_BUDGET_MS),
-};
-
-static const ssm_workload default_workload = {
-    .requests = 4,
-    .prompt_min = 8,
-    .prompt_max = 32,
-    .prefill_chunk = 64,
-    .decode_steps = 8,
-    .acceptance = 0.7,
-    .seed = 1,
 };
 
 /* "1..4096", or ">= 1" when there is no practical upper limit. */
@@ -263,7 +241,6 @@ void ssm_config_defaults(ssm_config *config)
     config->max_requests = 1;
     config->max_draft_tokens = 0;
     config->plugin_dir = NULL;
-    config->workload = default_workload;
     config->source = NULL;
 }
 

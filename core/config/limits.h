@@ -11,12 +11,5 @@
 #define SSM_TUNING_MAX_BUDGET_MS 10000
 #define SSM_TUNING_DEFAULT_BUDGET_MS 20
 #define SSM_MAX_REQUESTS (1 << 20)
-/* [workload], the command's simulated session: requests, prompt lengths,
- * prefill chunks and rounds a request, each at most this; and the tokens of
- * the whole session, requests * (prompt_max + decode_steps * T), at most
- * SSM_MAX_WORKLOAD_TOKENS (a CPU run past it would not end in any useful
- * time). */
-#define SSM_MAX_WORKLOAD_COUNT (1 << 20)
-#define SSM_MAX_WORKLOAD_TOKENS (1LL << 32)
 
 #endif

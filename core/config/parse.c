@@ -76,22 +76,6 @@ static parse_result parse_int32(const char *text, int32_t *out)
     return PARSE_OK;
 }
 
-static parse_result parse_uint64(const char *text, uint64_t *out)
-{
-    /* strtoull would take "-1" as 2^64 - 1. */
-    if (!isdigit((unsigned char)text[0]))
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (*end != '\0')
-        return PARSE_BAD;
-    if (errno == ERANGE)
-        return PARSE_RANGE;
-    *out = (uint64_t)value;
-    return PARSE_OK;
-}
-
 /* A finite decimal number; "nan", "inf", hexadecimal ("0x1p2", which strtod
  * takes) and overflow are not. */
 static parse_result parse_double(const char *text, double *out)
@@ -307,13 +291,6 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
             return parse_fail(ps, "[tuning] cache = '%s' cannot be resolved: %s", value,
                               strerror(errno));
         return SSM_OK;
-    case KEY_ACCEPTANCE:
-        result = parse_double(value, &c->workload.acceptance);
-        return result == PARSE_OK ? SSM_OK : fail_value(ps, key, value, result, "0..1");
-    case KEY_SEED:
-        result = parse_uint64(value, &c->workload.seed);
-        return result == PARSE_OK ? SSM_OK
-                                  : fail_value(ps, key, value, result, "0..18446744073709551615");
     default:
         return ps->status = ssm_error_set(SSM_ERR_INTERNAL, "config key %d has no parser",
                                           (int)key);
@@ -340,7 +317,7 @@ static ssm_status take_pair(parse_state *ps, const char *name, const char *value
     if (ps->section == SECTION_NONE)
         return parse_fail(ps,
                           "key '%s' is outside any section (put it under [model], [state], "
-                          "[workload], [tuning] or a mode section)",
+                          "[tuning] or the section of the mode or program that reads it)",
                           name);
     if (ps->section == SECTION_MODE)
         return take_mode_option(ps, name, value);

@@ -53,17 +53,6 @@ typedef struct ssm_mode_option {
     int32_t line; /* 0 when not from a file */
 } ssm_mode_option;
 
-/* The command line's simulated workload ([workload]); the library ignores it. */
-typedef struct ssm_workload {
-    int32_t requests;        /* requests served in the session */
-    int32_t prompt_min;      /* prompt lengths are drawn uniformly in [min, max] */
-    int32_t prompt_max;
-    int32_t prefill_chunk;   /* longest prefill chunk; prompts are split into chunks */
-    int32_t decode_steps;    /* verify rounds per request */
-    double acceptance;       /* probability that each draft token is accepted */
-    uint64_t seed;
-} ssm_workload;
-
 /* A resolved configuration. Strings are owned by whoever filled the struct;
  * ssm_config_load() returns one that ssm_config_free() releases. */
 /* Tensor parallelism: the value heads a context holds of a larger model.
@@ -102,13 +91,15 @@ typedef struct ssm_config {
     int32_t max_requests;        /* slots in the pool */
     int32_t max_draft_tokens;    /* verify rows carry up to 1 + this many tokens */
     const char *plugin_dir;      /* searched first; NULL or "" to skip; else a directory */
-    /* options of every mode section present ([native], [replay], ...): */
+    /* options of every mode section present ([native], [replay], ...), as
+     * text. Any section other than [model], [state] and [tuning] lands
+     * here; each must name a mode plugin that accepts it, except
+     * [workload], the `ssmstate` command's own, kept and not interpreted: */
     int32_t mode_sections_count;
     const char *const *mode_section_names; /* [mode_sections_count] */
     const int32_t *mode_section_lines;     /* line of each section header */
     const int32_t *mode_options_count;     /* [mode_sections_count] */
     const ssm_mode_option *const *mode_options;
-    ssm_workload workload;
     const char *source;          /* file name for messages, or NULL */
     ssm_head_slice head_slice;   /* tensor parallelism; zero: the whole model */
     ssm_tuning_config tuning;    /* zero: off */

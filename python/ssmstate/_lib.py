@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import threading
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int32,
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int32,
                     c_size_t, c_uint32, c_uint64, c_void_p)
 from typing import List, Optional
 
@@ -178,13 +178,6 @@ class ModeOption(Structure):
     _fields_ = [("key", c_char_p), ("value", c_char_p), ("line", c_int32)]
 
 
-class Workload(Structure):
-    """``ssm_workload``."""
-    _fields_ = [("requests", c_int32), ("prompt_min", c_int32), ("prompt_max", c_int32),
-                ("prefill_chunk", c_int32), ("decode_steps", c_int32), ("acceptance", c_double),
-                ("seed", c_uint64)]
-
-
 class HeadSlice(Structure):
     """``ssm_head_slice``."""
     _fields_ = [("heads", c_int32), ("value_heads", c_int32), ("first", c_int32)]
@@ -203,8 +196,8 @@ class Config(Structure):
                 ("mode_sections_count", c_int32), ("mode_section_names", POINTER(c_char_p)),
                 ("mode_section_lines", POINTER(c_int32)),
                 ("mode_options_count", POINTER(c_int32)),
-                ("mode_options", POINTER(POINTER(ModeOption))), ("workload", Workload),
-                ("source", c_char_p), ("head_slice", HeadSlice), ("tuning", TuningConfig)]
+                ("mode_options", POINTER(POINTER(ModeOption))), ("source", c_char_p),
+                ("head_slice", HeadSlice), ("tuning", TuningConfig)]
 
 
 class Plan(Structure):
@@ -278,7 +271,7 @@ class PluginInfo(Structure):
 #: Every mirrored struct by its C name (tests/python/test_abi.py checks them).
 STRUCTS = {
     "ssm_model_dims": ModelDims, "ssm_device": Device, "ssm_mode_option": ModeOption,
-    "ssm_workload": Workload, "ssm_head_slice": HeadSlice, "ssm_tuning_config": TuningConfig,
+    "ssm_head_slice": HeadSlice, "ssm_tuning_config": TuningConfig,
     "ssm_config": Config, "ssm_plan": Plan, "ssm_pool_stats": PoolStats, "ssm_batch": Batch,
     "ssm_prefill_batch": PrefillBatch, "ssm_ticket": Ticket,
     "ssm_layer_weights": LayerWeights, "ssm_step_io": StepIO, "ssm_page_info": PageInfo,

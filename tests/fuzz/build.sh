@@ -6,7 +6,8 @@
 # routines of coverage-ignore.txt without coverage callbacks; no configure:
 # a generated config.h without CUDA; the plugins' directory compiled in as
 # the installed one, so no SSMSTATE_PLUGIN_PATH is needed), then each
-# harness linked with -fsanitize=fuzzer. Rebuilds only what is older than its sources.
+# harness linked with -fsanitize=fuzzer (fuzz_config also with tools/workload.c, the
+# command's reader of [workload]). Rebuilds only what is older than its sources.
 # Usage: build.sh SRCDIR OUTDIR VERSION ($FUZZ_CC: the compiler, clang;
 # $FUZZ_JOBS: parallel compiles, 2). Writes OUTDIR/fuzz_{config,page,step}
 # and OUTDIR/plugins/{native,compact,replay}.so.
@@ -60,8 +61,10 @@ for mode in native compact replay; do
     $cc $cflags -shared -o "$out/plugins/$mode.so" $objs $kernels -lm
 done
 for h in config page step; do
+    extra= # the config harness also runs the command's [workload] reader
+    [ "$h" = config ] && extra="$src/tools/workload.c"
     # shellcheck disable=SC2086
     $cc $cflags -fsanitize=fuzzer -rdynamic -o "$out/fuzz_$h" "$src/tests/fuzz/fuzz_$h.c" \
-        "$src/tests/fuzz/fuzz_common.c" $core $inih_libs -ldl -lm -lpthread
+        "$src/tests/fuzz/fuzz_common.c" $extra $core $inih_libs -ldl -lm -lpthread
 done
 echo "build.sh: $out/fuzz_config, fuzz_page, fuzz_step"

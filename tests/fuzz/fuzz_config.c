@@ -2,7 +2,9 @@
  * file. It is parsed from memory (ssm_config_parse_text) and loaded as a file
  * (ssm_config_load, through a memfd), and both must agree. An accepted config
  * must lie within docs/config.md's limits, clone and re-validate, and, for the
- * built-in modes, plan without a size that wraps. */
+ * built-in modes, plan without a size that wraps. The command's reader of its
+ * [workload] section (tools/workload.c) runs on every accepted config too:
+ * it refuses with one line or gives a workload within its limits. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "core/config/limits.h"
 #include "core/internal.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tools/workload.h"
 
 /* Whether `name` is one of the three built-in modes. */
 static int is_builtin(const char *name)
@@ -50,7 +53,6 @@ static void check_accepted(const ssm_config *c)
     FUZZ_CHECK(c->device.type == SSM_DEVICE_CPU || c->device.type == SSM_DEVICE_CUDA);
     FUZZ_CHECK(c->max_requests >= 1 && c->max_requests <= SSM_MAX_REQUESTS);
     FUZZ_CHECK(c->max_draft_tokens >= 0 && c->max_draft_tokens <= SSM_MAX_DRAFT_TOKENS);
-    FUZZ_CHECK(c->workload.acceptance >= 0 && c->workload.acceptance <= 1);
     FUZZ_CHECK(c->mode_sections_count >= 0);
     for (int32_t s = 0; s < c->mode_sections_count; s++) {
         FUZZ_CHECK(plain_name(c->mode_section_names[s]) && c->mode_section_lines[s] > 0);
@@ -67,6 +69,26 @@ static void check_accepted(const ssm_config *c)
     ssm_config_free(clone);
 }
 
+/* The command's [workload] of an accepted config. */
+static void check_workload(const ssm_config *c)
+{
+    workload w;
+    char err[1024];
+    if (workload_from_config(c, &w, err, sizeof err) != 0) {
+        FUZZ_CHECK(err[0] != '\0' && !strchr(err, '\n'));
+        return;
+    }
+    FUZZ_CHECK(w.requests >= 1 && w.requests <= WORKLOAD_MAX_COUNT);
+    FUZZ_CHECK(w.prompt_min >= 1 && w.prompt_min <= w.prompt_max);
+    FUZZ_CHECK(w.prompt_max <= WORKLOAD_MAX_COUNT);
+    FUZZ_CHECK(w.prefill_chunk >= 1 && w.prefill_chunk <= WORKLOAD_MAX_COUNT);
+    FUZZ_CHECK(w.decode_steps >= 0 && w.decode_steps <= WORKLOAD_MAX_COUNT);
+    FUZZ_CHECK(w.acceptance >= 0 && w.acceptance <= 1);
+    FUZZ_CHECK((int64_t)w.requests * ((int64_t)w.prompt_max +
+                                      (int64_t)w.decode_steps * (1 + c->max_draft_tokens)) <=
+               WORKLOAD_MAX_TOKENS);
+}
+
 /* The plan of a CPU config of built-in modes (plugin_dir dropped: the input
  * must not choose what gets dlopen'ed): it fails cleanly or adds up. */
 static void check_plan(const ssm_config *c)
@@ -74,7 +96,8 @@ static void check_plan(const ssm_config *c)
     if (c->device.type != SSM_DEVICE_CPU || !is_builtin(c->mode))
         return;
     for (int32_t s = 0; s < c->mode_sections_count; s++)
-        if (!is_builtin(c->mode_section_names[s]))
+        if (!is_builtin(c->mode_section_names[s]) &&
+            strcmp(c->mode_section_names[s], WORKLOAD_SECTION) != 0) /* no plugin's */
             return;
     ssm_config copy = *c;
     copy.plugin_dir = NULL;
@@ -135,6 +158,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (parsed) {
         check_accepted(parsed);
+        check_workload(parsed);
         check_plan(parsed);
     }
     ssm_config_free(parsed);
