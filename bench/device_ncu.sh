@@ -53,4 +53,4 @@ PY
 }
 probe native256 0 native 256 'prep|tile_kernel' 2
 probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
-probe native64 0 native 64 'prep|tile_kernel' 2
+

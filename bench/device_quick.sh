@@ -5,15 +5,20 @@
 # identity folding inside its kernel, two tiles staged ahead), `ssmstate run
 # --device cuda`, ssmstate bench by default and with replay's fold job and
 # three decode stages, the Python binding's GPU tests and examples, ncu on
-# the decode kernels (bench/device_ncu.sh), and fla-core's kernels beside
+# the decode kernels (bench/device_ncu.sh), the public ReplaySSM kernels
+# (carry .device/replayssm and .device/peers), and fla-core's kernels beside
 # the binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz
-# (a device call brings back at most 8 files). About 9 minutes on an H100.
+# (a device call brings back at most 8 files). Steps past 570 s are
+# skipped (a call's limit is 600 s).
 set -u
 root=$PWD S=$root/.device/stage O=/tmp/ssm_out
 mkdir -p "$O"
 export LD_LIBRARY_PATH=$S/lib SSMSTATE_PLUGIN_PATH=$S/lib SSM_TOP_SRCDIR=$root
 t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
+# Whether there is time for a step that may take $1 seconds (the call's
+# limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
+time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -26,7 +31,6 @@ modes() { # NAME [VAR=VALUE...]
     grep '^not ok' "$O/modes_$name.log" | head -8
 }
 modes default
-modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
 SSM_TOP_BUILDDIR=$S/bin timeout 150 sh tests/gpu/run_cuda.gpu >"$O/run_cuda.log" 2>&1
 echo "run --device cuda: exit $? $(elapsed)"
 grep "^not ok" "$O/run_cuda.log" | head -5
@@ -52,11 +56,21 @@ tail -2 "$O/pytest_gpu.txt"
 timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
 echo "decode_loop.py: exit $? $(elapsed)"
 tail -3 "$O/decode_loop.txt"
-OUT_NCU=$O bash bench/device_ncu.sh
-echo "ncu: $(elapsed)"
-timeout 75 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
-echo "vs_fla.py: exit $? $(elapsed)"
-tail -14 "$O/vs_fla.txt"
+time_for 150 &&
+    modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
+time_for 60 && OUT_NCU=$O bash bench/device_ncu.sh && echo "ncu: $(elapsed)"
+if time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/anchor_replayssm.py ]; then
+    python3 -m zipfile -e .device/wheels/fla_core-*.whl /tmp/fla_src
+    timeout 90 python3 .device/peers/anchor_replayssm.py --replayssm-path .device/replayssm \
+        --fla-path /tmp/fla_src --groups copy,decode,spec --batches 256,64 --fill 0,8 \
+        --spec-T 4 --no-check --time-budget 45 >"$O/replayssm.txt" 2>&1
+    echo "ReplaySSM peer: exit $? $(elapsed)"
+fi
+if time_for 40; then
+    timeout 40 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
+    echo "vs_fla.py: exit $? $(elapsed)"
+    tail -14 "$O/vs_fla.txt"
+fi
 for v in default fold_job stages3; do
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |
