@@ -15,6 +15,7 @@
 #include "core/config/limits.h"
 #include "core/internal.h"
 #include "tests/runner.h"
+#include "tests/testutil.h"
 
 /* A complete GDN config, one key per line; the numbers are the lines the
  * cases below refer to. Its [workload] is only text to the library: the
@@ -50,27 +51,6 @@
     "value_dim = 16\nconv_width = 4\n[state]\nmode = native\nstate_dtype = f32\n" \
     "max_requests = 4\n"
 
-/* `text` with its line `line` (1-based) replaced by `replacement`, which may
- * hold several lines; NULL deletes the line. The result lives until the
- * fourth call after this one (copy it to keep it longer). */
-static const char *edit_line(const char *text, int line, const char *replacement)
-{
-    static char buffers[4][16384];
-    static int next;
-    char *out = buffers[next++ % 4];
-    const char *start = text;
-    for (int i = 1; i < line; i++) {
-        start = strchr(start, '\n');
-        ck_assert_msg(start != NULL, "text has no line %d", line);
-        start++;
-    }
-    const char *end = strchr(start, '\n');
-    end = end ? end + 1 : start + strlen(start);
-    int n = snprintf(out, sizeof buffers[0], "%.*s%s%s%s", (int)(start - text), text,
-                     replacement ? replacement : "", replacement ? "\n" : "", end);
-    ck_assert_int_lt(n, (int)sizeof buffers[0]);
-    return out;
-}
 
 static ssm_config *parse_ok(const char *text)
 {
@@ -234,10 +214,10 @@ START_TEST(test_plugin_dir_relative_to_cwd)
     char *cwd = getcwd(NULL, 0);
     char expected[PATH_MAX + 32];
     snprintf(expected, sizeof expected, "%s/my/plugins", cwd);
-    ssm_config *c = parse_ok(edit_line(BASE_TEXT, 15, "plugin_dir = my/plugins"));
+    ssm_config *c = parse_ok(test_edit_line(BASE_TEXT, 15, "plugin_dir = my/plugins"));
     ck_assert_str_eq(c->plugin_dir, expected);
     ssm_config_free(c);
-    c = parse_ok(edit_line(BASE_TEXT, 15, "plugin_dir ="));
+    c = parse_ok(test_edit_line(BASE_TEXT, 15, "plugin_dir ="));
     ck_assert_str_eq(c->plugin_dir, ""); /* "" means: skip it */
     ssm_config_free(c);
     free(cwd);
@@ -303,15 +283,15 @@ END_TEST
 
 START_TEST(test_unknown_keys)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 3, "layer = 2"), 3,
+    expect_parse_error(test_edit_line(BASE_TEXT, 3, "layer = 2"), 3,
                        "unknown key 'layer' in [model] (known keys: kind, layers,");
-    expect_parse_error(edit_line(BASE_TEXT, 13, "devices = cpu"), 13,
+    expect_parse_error(test_edit_line(BASE_TEXT, 13, "devices = cpu"), 13,
                        "unknown key 'devices' in [state] (known keys: mode,");
     /* Keys of one section are unknown in another. */
-    expect_parse_error(edit_line(BASE_TEXT, 10, "mode = native\nrequests = 4"), 11,
+    expect_parse_error(test_edit_line(BASE_TEXT, 10, "mode = native\nrequests = 4"), 11,
                        "unknown key 'requests' in [state]");
     /* Key names are case-sensitive. */
-    expect_parse_error(edit_line(BASE_TEXT, 2, "Kind = gdn"), 2, "unknown key 'Kind' in [model]");
+    expect_parse_error(test_edit_line(BASE_TEXT, 2, "Kind = gdn"), 2, "unknown key 'Kind' in [model]");
 }
 END_TEST
 
@@ -329,7 +309,7 @@ START_TEST(test_missing_required_key)
 {
     char phrase[96];
     snprintf(phrase, sizeof phrase, "is missing required key '%s'", required_lines[_i].key);
-    check_parse_error(_i, edit_line(BASE_TEXT, required_lines[_i].line, NULL),
+    check_parse_error(_i, test_edit_line(BASE_TEXT, required_lines[_i].line, NULL),
                       required_lines[_i].header, phrase);
 }
 END_TEST
@@ -404,21 +384,21 @@ static const bad_case bad_values[] = {
 START_TEST(test_bad_value)
 {
     const bad_case *c = &bad_values[_i];
-    check_parse_error(_i, edit_line(BASE_TEXT, c->line, c->replacement), c->error_line, c->phrase);
+    check_parse_error(_i, test_edit_line(BASE_TEXT, c->line, c->replacement), c->error_line, c->phrase);
 }
 END_TEST
 
 START_TEST(test_bad_lower_bound)
 {
     char kda[sizeof BASE_TEXT];
-    strcpy(kda, edit_line(BASE_TEXT, 2, "kind = kda"));
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = abc"), 9,
+    strcpy(kda, test_edit_line(BASE_TEXT, 2, "kind = kda"));
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = abc"), 9,
                        "[model] lower_bound = 'abc' is not valid (allowed: a number < 0)");
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = nan"), 9, "is not valid");
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = -1e300"), 9,
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = nan"), 9, "is not valid");
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = -1e300"), 9,
                        "lower_bound = '-1e300' is out of range");
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound ="), 9, "is not valid");
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = -0x1p2"), 9,
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound ="), 9, "is not valid");
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = -0x1p2"), 9,
                        "[model] lower_bound = '-0x1p2' is not valid");
 }
 END_TEST
@@ -447,7 +427,7 @@ static const struct {
 START_TEST(test_workload_not_interpreted)
 {
     const int32_t line = workload_texts[_i].line;
-    ssm_config *c = parse_ok(edit_line(BASE_TEXT, line, workload_texts[_i].replacement));
+    ssm_config *c = parse_ok(test_edit_line(BASE_TEXT, line, workload_texts[_i].replacement));
     int32_t w = ssm_config_find_section(c, "workload");
     ck_assert_int_eq(w, 0);
     ck_assert_int_eq(c->mode_section_lines[w], 16);
@@ -461,36 +441,36 @@ START_TEST(test_workload_not_interpreted)
 
     /* A session no run could finish is the command's business too. */
     char many[sizeof BASE_TEXT + 16];
-    strcpy(many, edit_line(BASE_TEXT, 17, "requests = 1048576"));
-    c = parse_ok(edit_line(many, 19, "prompt_max = 1048576"));
+    strcpy(many, test_edit_line(BASE_TEXT, 17, "requests = 1048576"));
+    c = parse_ok(test_edit_line(many, 19, "prompt_max = 1048576"));
     ssm_config_free(c);
 }
 END_TEST
 
 START_TEST(test_value_heads_multiple_of_heads)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 5, "value_heads = 3"), 5,
+    expect_parse_error(test_edit_line(BASE_TEXT, 5, "value_heads = 3"), 5,
                        "[model] value_heads = 3 must be a multiple of heads = 2");
     /* GVA the other way round (fewer value heads than key heads) is not a model. */
-    expect_parse_error(edit_line(BASE_TEXT, 4, "heads = 8"), 5,
+    expect_parse_error(test_edit_line(BASE_TEXT, 4, "heads = 8"), 5,
                        "value_heads = 4 must be a multiple of heads = 8");
 }
 END_TEST
 
 START_TEST(test_lower_bound_rules)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nlower_bound = -5"), 9,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8, "conv_width = 4\nlower_bound = -5"), 9,
                        "[model] lower_bound applies to kind = kda only (this model is gdn)");
     char kda[sizeof BASE_TEXT];
-    strcpy(kda, edit_line(BASE_TEXT, 2, "kind = kda"));
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = 0"), 9,
+    strcpy(kda, test_edit_line(BASE_TEXT, 2, "kind = kda"));
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = 0"), 9,
                        "[model] lower_bound = 0 must be negative (< 0)");
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = 0.5"), 9,
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = 0.5"), 9,
                        "lower_bound = 0.5 must be negative");
     /* Too small to tell from zero in fp32. */
-    expect_parse_error(edit_line(kda, 8, "conv_width = 4\nlower_bound = -1e-50"), 9,
+    expect_parse_error(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = -1e-50"), 9,
                        "must be negative");
-    ssm_config *c = parse_ok(edit_line(kda, 8, "conv_width = 4\nlower_bound = -0.5"));
+    ssm_config *c = parse_ok(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = -0.5"));
     ck_assert_int_eq(c->model.has_lower_bound, 1);
     ck_assert(c->model.lower_bound == -0.5f);
     ssm_config_free(c);
@@ -503,7 +483,7 @@ START_TEST(test_head_slice)
 {
     const char *slice = "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
                         "first_value_head = 4";
-    ssm_config *c = parse_ok(edit_line(BASE_TEXT, 8, slice));
+    ssm_config *c = parse_ok(test_edit_line(BASE_TEXT, 8, slice));
     ck_assert_int_eq(c->head_slice.heads, 4);
     ck_assert_int_eq(c->head_slice.value_heads, 8);
     ck_assert_int_eq(c->head_slice.first, 4);
@@ -512,23 +492,23 @@ START_TEST(test_head_slice)
     ck_assert_int_eq(c->head_slice.heads + c->head_slice.value_heads + c->head_slice.first, 0);
     ssm_config_free(c);
     /* off a key-head group (the group is 2 value heads), at the slice's line */
-    expect_parse_error(edit_line(BASE_TEXT, 8,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8,
                                  "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
                                  "first_value_head = 3"),
                        11, "head slice: 4 value heads from 3 are not whole key-head groups");
     /* past the model */
-    expect_parse_error(edit_line(BASE_TEXT, 8,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8,
                                  "conv_width = 4\nmodel_heads = 4\nmodel_value_heads = 8\n"
                                  "first_value_head = 6"),
                        11, "within the model's 8");
     /* another group than the context's */
-    expect_parse_error(edit_line(BASE_TEXT, 8,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8,
                                  "conv_width = 4\nmodel_heads = 8\nmodel_value_heads = 8"),
                        10, "the model's group is 1");
-    expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nmodel_heads = -1"), 9,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8, "conv_width = 4\nmodel_heads = -1"), 9,
                        "model_heads = -1 is out of range");
     /* first_value_head alone: at its own line, naming what it needs */
-    expect_parse_error(edit_line(BASE_TEXT, 8, "conv_width = 4\nfirst_value_head = 2"), 9,
+    expect_parse_error(test_edit_line(BASE_TEXT, 8, "conv_width = 4\nfirst_value_head = 2"), 9,
                        "head slice: first_value_head = 2 needs the model's model_heads and "
                        "model_value_heads");
 }
@@ -536,24 +516,24 @@ END_TEST
 
 START_TEST(test_f16_not_offered)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 11, "state_dtype = f16"), 11,
+    expect_parse_error(test_edit_line(BASE_TEXT, 11, "state_dtype = f16"), 11,
                        "[state] state_dtype = f16: f16 state is not offered yet (allowed: f32, bf16)");
-    expect_parse_error(edit_line(BASE_TEXT, 11, "state_dtype = fp16"), 11, "f16 state is not offered yet");
-    expect_parse_error(edit_line(BASE_TEXT, 12, "activation_dtype = f16"), 12,
+    expect_parse_error(test_edit_line(BASE_TEXT, 11, "state_dtype = fp16"), 11, "f16 state is not offered yet");
+    expect_parse_error(test_edit_line(BASE_TEXT, 12, "activation_dtype = f16"), 12,
                        "f16 activation is not offered yet");
 }
 END_TEST
 
 START_TEST(test_cuda_device)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 13, "device = cuda:-1"), 13,
+    expect_parse_error(test_edit_line(BASE_TEXT, 13, "device = cuda:-1"), 13,
                        "[state] device = cuda:-1: the CUDA device index must be >= 0");
 #ifndef HAVE_CUDA
-    expect_parse_error(edit_line(BASE_TEXT, 13, "device = cuda"), 13,
+    expect_parse_error(test_edit_line(BASE_TEXT, 13, "device = cuda"), 13,
                        "[state] device = cuda: this build has no CUDA support (configure --with-cuda)");
-    expect_parse_error(edit_line(BASE_TEXT, 13, "device = cuda:1"), 13, "no CUDA support");
+    expect_parse_error(test_edit_line(BASE_TEXT, 13, "device = cuda:1"), 13, "no CUDA support");
 #else
-    ssm_config *c = parse_ok(edit_line(BASE_TEXT, 13, "device = cuda:1"));
+    ssm_config *c = parse_ok(test_edit_line(BASE_TEXT, 13, "device = cuda:1"));
     ck_assert_int_eq(c->device.type, SSM_DEVICE_CUDA);
     ck_assert_int_eq(c->device.index, 1);
     ssm_config_free(c);
@@ -565,7 +545,7 @@ END_TEST
 
 START_TEST(test_duplicates)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 4, "heads = 2\nlayers = 3"), 5,
+    expect_parse_error(test_edit_line(BASE_TEXT, 4, "heads = 2\nlayers = 3"), 5,
                        "duplicate key 'layers' in [model] (first set at line 3)");
     expect_parse_error(BASE_TEXT "[model]\n", 24, "duplicate section [model] (first at line 1)");
     expect_parse_error(BASE_TEXT "[workload]\n", 24, "duplicate section [workload] (first at line 16)");
@@ -587,7 +567,7 @@ END_TEST
 
 START_TEST(test_bad_section_names)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 1, "[Model]"), 1,
+    expect_parse_error(test_edit_line(BASE_TEXT, 1, "[Model]"), 1,
                        "bad section name [Model] (section names are 1 to 48 characters of a-z, 0-9 and _)");
     expect_parse_error(BASE_TEXT "[mo del]\n", 24, "bad section name [mo del]");
     expect_parse_error(BASE_TEXT "[]\n", 24, "bad section name []");
@@ -603,19 +583,19 @@ END_TEST
 
 START_TEST(test_malformed_lines)
 {
-    expect_parse_error(edit_line(BASE_TEXT, 1, "[model"), 1, "section header has no closing ']'");
-    expect_parse_error(edit_line(BASE_TEXT, 1, "[model] kind = gdn"), 1, "unexpected text after [model]");
-    expect_parse_error(edit_line(BASE_TEXT, 3, "novalue"), 3,
+    expect_parse_error(test_edit_line(BASE_TEXT, 1, "[model"), 1, "section header has no closing ']'");
+    expect_parse_error(test_edit_line(BASE_TEXT, 1, "[model] kind = gdn"), 1, "unexpected text after [model]");
+    expect_parse_error(test_edit_line(BASE_TEXT, 3, "novalue"), 3,
                        "expected 'key = value' or '[section]', not 'novalue'");
-    expect_parse_error(edit_line(BASE_TEXT, 3, "layers ; = 2"), 3, "expected 'key = value'");
-    expect_parse_error(edit_line(BASE_TEXT, 3, "= 2"), 3, "missing key name before '='");
+    expect_parse_error(test_edit_line(BASE_TEXT, 3, "layers ; = 2"), 3, "expected 'key = value'");
+    expect_parse_error(test_edit_line(BASE_TEXT, 3, "= 2"), 3, "missing key name before '='");
     /* An indented line is not the continuation of the previous value. */
-    expect_parse_error(edit_line(BASE_TEXT, 10, "mode = native\n    more"), 11,
+    expect_parse_error(test_edit_line(BASE_TEXT, 10, "mode = native\n    more"), 11,
                        "expected 'key = value' or '[section]', not 'more'");
     /* Comments after a header are fine; after a value only with " ;". */
-    ssm_config *c = parse_ok(edit_line(BASE_TEXT, 1, "[model]   ; the model # yes"));
+    ssm_config *c = parse_ok(test_edit_line(BASE_TEXT, 1, "[model]   ; the model # yes"));
     ssm_config_free(c);
-    c = parse_ok(edit_line(BASE_TEXT, 22, "acceptance = 0.5 ; a comment # with a hash"));
+    c = parse_ok(test_edit_line(BASE_TEXT, 22, "acceptance = 0.5 ; a comment # with a hash"));
     ck_assert_str_eq(c->mode_options[ssm_config_find_section(c, "workload")][5].value, "0.5");
     ssm_config_free(c);
 }
@@ -690,7 +670,7 @@ END_TEST
 
 START_TEST(test_load_file)
 {
-    const char *text = edit_line(BASE_TEXT, 15, "max_draft_tokens = 3\nplugin_dir = ./plugins");
+    const char *text = test_edit_line(BASE_TEXT, 15, "max_draft_tokens = 3\nplugin_dir = ./plugins");
     char *path = write_temp_file(text, strlen(text));
     ssm_config *c = NULL;
     ck_assert_msg(ssm_config_load(path, &c) == SSM_OK, "%s", ssm_last_error());
@@ -708,7 +688,7 @@ END_TEST
 START_TEST(test_load_relative_path)
 {
     /* A config named relative to the cwd: plugin_dir still ends up absolute. */
-    const char *text = edit_line(BASE_TEXT, 15, "plugin_dir = plugins");
+    const char *text = test_edit_line(BASE_TEXT, 15, "plugin_dir = plugins");
     char *path = write_temp_file(text, strlen(text));
     char *cwd = getcwd(NULL, 0);
     char *dir = strdup(path);
@@ -747,7 +727,7 @@ START_TEST(test_load_errors)
     ck_assert_str_eq(ssm_last_error(), "/tmp: cannot read config file: Is a directory");
 
     /* A bad file reports its own name and the line. */
-    const char *text = edit_line(BASE_TEXT, 3, "layers = many");
+    const char *text = test_edit_line(BASE_TEXT, 3, "layers = many");
     char *path = write_temp_file(text, strlen(text));
     ck_assert_int_eq(ssm_config_load(path, &out), SSM_ERR_CONFIG);
     ck_assert_ptr_eq(out, &sentinel);
@@ -775,15 +755,9 @@ END_TEST
 /* The shipped examples parse, with the shapes their comments promise. */
 static ssm_config *load_example(const char *name)
 {
-    /* make check says where the sources are; a direct run finds them from
-     * this file's own path. */
-    const char *top = getenv("SSM_TOP_SRCDIR");
-    char path[PATH_MAX];
-    if (top && *top)
-        snprintf(path, sizeof path, "%s/examples/%s", top, name);
-    else
-        snprintf(path, sizeof path, "%.*sexamples/%s",
-                 (int)(strlen(__FILE__) - strlen("tests/check_config.c")), __FILE__, name);
+    char relative[256], path[PATH_MAX];
+    snprintf(relative, sizeof relative, "examples/%s", name);
+    test_source_path(path, sizeof path, relative);
     ssm_config *c = NULL;
     ck_assert_msg(ssm_config_load(path, &c) == SSM_OK, "%s", ssm_last_error());
     return c;
@@ -856,8 +830,8 @@ static void assert_same_config(const ssm_config *a, const ssm_config *b)
 START_TEST(test_clone_loaded)
 {
     char kda[sizeof BASE_TEXT];
-    strcpy(kda, edit_line(BASE_TEXT, 2, "kind = kda"));
-    ssm_config *c = parse_ok(edit_line(kda, 8, "conv_width = 4\nlower_bound = -3.5"));
+    strcpy(kda, test_edit_line(BASE_TEXT, 2, "kind = kda"));
+    ssm_config *c = parse_ok(test_edit_line(kda, 8, "conv_width = 4\nlower_bound = -3.5"));
     ssm_config *copy = NULL;
     ck_assert_int_eq(ssm_config_clone(c, &copy), SSM_OK);
     ck_assert_ptr_ne(copy, c);

@@ -11,6 +11,7 @@
 
 #include "core/internal.h"
 #include "tests/runner.h"
+#include "tests/testutil.h"
 #include "tools/workload.h"
 
 /* A complete GDN config, one key per line; the numbers are the lines the
@@ -47,27 +48,6 @@
     "value_dim = 16\nconv_width = 4\n[state]\nmode = native\nstate_dtype = f32\n" \
     "max_requests = 4\n"
 
-/* `text` with its line `line` (1-based) replaced by `replacement`, which may
- * hold several lines; NULL deletes the line. The result lives until the
- * fourth call after this one (copy it to keep it longer). */
-static const char *edit_line(const char *text, int line, const char *replacement)
-{
-    static char buffers[4][16384];
-    static int next;
-    char *out = buffers[next++ % 4];
-    const char *start = text;
-    for (int i = 1; i < line; i++) {
-        start = strchr(start, '\n');
-        ck_assert_msg(start != NULL, "text has no line %d", line);
-        start++;
-    }
-    const char *end = strchr(start, '\n');
-    end = end ? end + 1 : start + strlen(start);
-    int n = snprintf(out, sizeof buffers[0], "%.*s%s%s%s", (int)(start - text), text,
-                     replacement ? replacement : "", replacement ? "\n" : "", end);
-    ck_assert_int_lt(n, (int)sizeof buffers[0]);
-    return out;
-}
 
 /* The library loads `text` as test.ini (it must: [workload] is only text
  * to it). */
@@ -174,11 +154,11 @@ END_TEST
 /* Comments and layout are the library's: the value arrives without them. */
 START_TEST(test_layout)
 {
-    workload w = read_ok(edit_line(BASE_TEXT, 22, "acceptance = 0.5 ; a comment # with a hash"));
+    workload w = read_ok(test_edit_line(BASE_TEXT, 22, "acceptance = 0.5 ; a comment # with a hash"));
     ck_assert(w.acceptance == 0.5);
-    w = read_ok(edit_line(BASE_TEXT, 23, "  seed:42   "));
+    w = read_ok(test_edit_line(BASE_TEXT, 23, "  seed:42   "));
     ck_assert(w.seed == 42);
-    w = read_ok(edit_line(BASE_TEXT, 16, "[workload]   ; the command's"));
+    w = read_ok(test_edit_line(BASE_TEXT, 16, "[workload]   ; the command's"));
     assert_defaults(&w);
 }
 END_TEST
@@ -214,15 +194,15 @@ END_TEST
 
 START_TEST(test_unknown_keys)
 {
-    expect_error(edit_line(BASE_TEXT, 23, "seeds = 1"), 23,
+    expect_error(test_edit_line(BASE_TEXT, 23, "seeds = 1"), 23,
                  "unknown key 'seeds' in [workload] (known keys: requests, prompt_min, "
                  "prompt_max, prefill_chunk, decode_steps, acceptance, seed)");
     /* Keys of one section are unknown in another. */
-    expect_error(edit_line(BASE_TEXT, 17, "mode = native"), 17, "unknown key 'mode' in [workload]");
+    expect_error(test_edit_line(BASE_TEXT, 17, "mode = native"), 17, "unknown key 'mode' in [workload]");
     /* Key names are case-sensitive. */
-    expect_error(edit_line(BASE_TEXT, 23, "Seed = 1"), 23, "unknown key 'Seed' in [workload]");
+    expect_error(test_edit_line(BASE_TEXT, 23, "Seed = 1"), 23, "unknown key 'Seed' in [workload]");
     /* The first bad line is the one reported. */
-    expect_error(edit_line(edit_line(BASE_TEXT, 23, "nope = 1"), 17, "requests = x"), 17,
+    expect_error(test_edit_line(test_edit_line(BASE_TEXT, 23, "nope = 1"), 17, "requests = x"), 17,
                  "[workload] requests = 'x' is not valid");
 }
 END_TEST
@@ -283,7 +263,7 @@ static const bad_case bad_values[] = {
 START_TEST(test_bad_value)
 {
     const bad_case *c = &bad_values[_i];
-    check_error(_i, edit_line(BASE_TEXT, c->line, c->replacement), c->error_line, c->phrase);
+    check_error(_i, test_edit_line(BASE_TEXT, c->line, c->replacement), c->error_line, c->phrase);
 }
 END_TEST
 
@@ -302,23 +282,23 @@ END_TEST
 START_TEST(test_too_long)
 {
     char many[sizeof BASE_TEXT + 16];
-    strcpy(many, edit_line(BASE_TEXT, 17, "requests = 1048576"));
-    expect_error(edit_line(many, 19, "prompt_max = 1048576"), 17,
+    strcpy(many, test_edit_line(BASE_TEXT, 17, "requests = 1048576"));
+    expect_error(test_edit_line(many, 19, "prompt_max = 1048576"), 17,
                  "[workload] requests = 1048576 of up to 1048608 tokens each (prompt_max "
                  "1048576 + decode_steps 8 x 4) make a session of 1099545182208 tokens, "
                  "past the 4294967296 a run can finish");
     /* the same session with fewer requests fits */
-    strcpy(many, edit_line(BASE_TEXT, 17, "requests = 4095"));
-    workload w = read_ok(edit_line(many, 19, "prompt_max = 1048576"));
+    strcpy(many, test_edit_line(BASE_TEXT, 17, "requests = 4095"));
+    workload w = read_ok(test_edit_line(many, 19, "prompt_max = 1048576"));
     ck_assert_int_eq(w.requests, 4095);
     /* T counts: the same workload without drafts is a quarter of the tokens */
-    strcpy(many, edit_line(BASE_TEXT, 21, "decode_steps = 1048576"));
-    expect_error(edit_line(many, 17, "requests = 1024"), 17,
+    strcpy(many, test_edit_line(BASE_TEXT, 21, "decode_steps = 1048576"));
+    expect_error(test_edit_line(many, 17, "requests = 1024"), 17,
                  "[workload] requests = 1024 of up to 4194336 tokens each (prompt_max 32 + "
                  "decode_steps 1048576 x 4) make a session of 4295000064 tokens");
-    strcpy(many, edit_line(edit_line(BASE_TEXT, 15, "max_draft_tokens = 0"), 21,
+    strcpy(many, test_edit_line(test_edit_line(BASE_TEXT, 15, "max_draft_tokens = 0"), 21,
                            "decode_steps = 1048576"));
-    w = read_ok(edit_line(many, 17, "requests = 1024"));
+    w = read_ok(test_edit_line(many, 17, "requests = 1024"));
     ck_assert_int_eq(w.decode_steps, WORKLOAD_MAX_COUNT);
 }
 END_TEST
@@ -400,13 +380,9 @@ END_TEST
 
 static ssm_config *load_example(const char *name)
 {
-    const char *top = getenv("SSM_TOP_SRCDIR");
-    char path[PATH_MAX];
-    if (top && *top)
-        snprintf(path, sizeof path, "%s/examples/%s", top, name);
-    else
-        snprintf(path, sizeof path, "%.*sexamples/%s",
-                 (int)(strlen(__FILE__) - strlen("tests/check_workload.c")), __FILE__, name);
+    char relative[256], path[PATH_MAX];
+    snprintf(relative, sizeof relative, "examples/%s", name);
+    test_source_path(path, sizeof path, relative);
     ssm_config *c = NULL;
     ck_assert_msg(ssm_config_load(path, &c) == SSM_OK, "%s", ssm_last_error());
     return c;

@@ -294,3 +294,38 @@ ssm_status test_prefill_prompts(ssm_ctx *ctx, const int32_t *slots, int32_t coun
     free(offsets);
     return status;
 }
+
+const char *test_edit_line(const char *text, int line, const char *replacement)
+{
+    static char buffers[4][16384];
+    static int next;
+    char *out = buffers[next++ % 4];
+    const char *start = text;
+    for (int i = 1; i < line; i++) {
+        start = strchr(start, '\n');
+        if (!start) {
+            fprintf(stderr, "test_edit_line: the text has no line %d\n", line);
+            abort();
+        }
+        start++;
+    }
+    const char *end = strchr(start, '\n');
+    end = end ? end + 1 : start + strlen(start);
+    int n = snprintf(out, sizeof buffers[0], "%.*s%s%s%s", (int)(start - text), text,
+                     replacement ? replacement : "", replacement ? "\n" : "", end);
+    if (n < 0 || n >= (int)sizeof buffers[0]) {
+        fprintf(stderr, "test_edit_line: the result is longer than %zu bytes\n", sizeof buffers[0]);
+        abort();
+    }
+    return out;
+}
+
+void test_source_path(char *out, size_t len, const char *relative)
+{
+    const char *top = getenv("SSM_TOP_SRCDIR");
+    if (top && *top)
+        snprintf(out, len, "%s/%s", top, relative);
+    else
+        snprintf(out, len, "%.*s%s", (int)(strlen(__FILE__) - strlen("tests/testutil.c")),
+                 __FILE__, relative);
+}

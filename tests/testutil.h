@@ -89,4 +89,14 @@ void test_snapshot_free(test_snapshot *s);
 ssm_status test_prefill_prompts(ssm_ctx *ctx, const int32_t *slots, int32_t count,
                                 const ssm_model_dims *m, test_rng *r);
 
+/* `text` with its line `line` (1-based) replaced by `replacement`, which may
+ * hold several lines; NULL deletes the line. The result lives until the
+ * fourth call after this one (copy it to keep it longer). A missing line
+ * or a result past 16 KiB aborts the test. */
+const char *test_edit_line(const char *text, int line, const char *replacement);
+
+/* The path of `relative` in the source tree: under SSM_TOP_SRCDIR when make
+ * check sets it, else found from this file's own path (a direct run). */
+void test_source_path(char *out, size_t len, const char *relative);
+
 #endif

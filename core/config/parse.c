@@ -24,6 +24,7 @@
 
 #include <ini.h>
 
+#include "core/config/numbers.h"
 #include "core/config/private.h"
 
 /* A config is a few dozen lines; refuse to slurp something that is not one. */
@@ -57,42 +58,6 @@ static ssm_status fail_at(const char *source, int32_t line, const char *fmt, ...
 }
 
 /* ----------------------------------------------------------- values */
-
-typedef enum parse_result { PARSE_OK, PARSE_BAD, PARSE_RANGE } parse_result;
-
-/* Decimal, nothing before or after; "" and " 1" are not integers. */
-static parse_result parse_int32(const char *text, int32_t *out)
-{
-    if (!(text[0] == '-' || text[0] == '+' || isdigit((unsigned char)text[0])))
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    long long value = strtoll(text, &end, 10);
-    if (end == text || *end != '\0')
-        return PARSE_BAD;
-    if (errno == ERANGE || value < INT32_MIN || value > INT32_MAX)
-        return PARSE_RANGE;
-    *out = (int32_t)value;
-    return PARSE_OK;
-}
-
-/* A finite decimal number; "nan", "inf", hexadecimal ("0x1p2", which strtod
- * takes) and overflow are not. */
-static parse_result parse_double(const char *text, double *out)
-{
-    if (!(text[0] == '-' || text[0] == '+' || text[0] == '.' || isdigit((unsigned char)text[0])) ||
-        text[strspn(text, "0123456789+-.eE")] != '\0')
-        return PARSE_BAD;
-    char *end;
-    errno = 0;
-    double value = strtod(text, &end);
-    if (end == text || *end != '\0')
-        return PARSE_BAD;
-    if (!isfinite(value) || (errno == ERANGE && fabs(value) > 1.0))
-        return PARSE_RANGE;
-    *out = value;
-    return PARSE_OK;
-}
 
 static int parse_dtype(const char *text, ssm_dtype *out)
 {
