@@ -42,20 +42,24 @@ bench() { # NAME CONFIGS [VAR=VALUE...]
         >"$O/layer_$name.txt" 2>&1
     echo "bench $name: exit $? $(elapsed)"
 }
-bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
-bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
-bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
+time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
+time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+time_for 25 && bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export SSMSTATE_LIBRARY=$S/lib/libssmstate.so.0
-timeout 70 python3 -m pytest -p no:cacheprovider -q tests/python/test_gpu.py \
-    >"$O/pytest_gpu.txt" 2>&1
-echo "pytest gpu: exit $? $(elapsed)"
-tail -2 "$O/pytest_gpu.txt"
-timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
-echo "decode_loop.py: exit $? $(elapsed)"
-tail -3 "$O/decode_loop.txt"
+if time_for 20; then
+    timeout 70 python3 -m pytest -p no:cacheprovider -q tests/python/test_gpu.py \
+        >"$O/pytest_gpu.txt" 2>&1
+    echo "pytest gpu: exit $? $(elapsed)"
+    tail -2 "$O/pytest_gpu.txt"
+fi
+if time_for 15; then
+    timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
+    echo "decode_loop.py: exit $? $(elapsed)"
+    tail -3 "$O/decode_loop.txt"
+fi
 time_for 150 &&
     modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
 time_for 60 && OUT_NCU=$O bash bench/device_ncu.sh && echo "ncu: $(elapsed)"
@@ -72,6 +76,7 @@ if time_for 40; then
     tail -14 "$O/vs_fla.txt"
 fi
 for v in default fold_job stages3; do
+    [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |
         grep -v memcpy | head -24
