@@ -3,8 +3,8 @@
 # .device/stage, and .device/wheels for fla-core): the GPU mode suite by
 # default and with every launch variant forced (one-launch steps, replay's
 # identity folding inside its kernel, two tiles staged ahead), `ssmstate run
-# --device cuda`, ssmstate bench by default and with replay's fold job and
-# three decode stages, the Python binding's GPU tests and examples, ncu on
+# --device cuda`, ssmstate bench by default and with replay's folds inside
+# the identity kernel and three decode stages, the Python binding's GPU tests and examples, ncu on
 # the decode kernels (bench/device_ncu.sh), the public ReplaySSM kernels
 # (carry .device/replayssm and .device/peers), and fla-core's kernels beside
 # the binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz
@@ -43,7 +43,7 @@ bench() { # NAME CONFIGS [VAR=VALUE...]
     echo "bench $name: exit $? $(elapsed)"
 }
 time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
-time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+time_for 25 && bench fold_inside examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=inside
 time_for 25 && bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
@@ -75,7 +75,7 @@ if time_for 40; then
     echo "vs_fla.py: exit $? $(elapsed)"
     tail -14 "$O/vs_fla.txt"
 fi
-for v in default fold_job stages3; do
+for v in default fold_inside stages3; do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |

@@ -29,8 +29,8 @@
  * order, a weight's over its lanes' channels and then the lanes, the
  * history terms in record order), so
  * the results do not depend on the launch. A row whose ring would overflow
- * folds first: in a HISTORY_FOLD job of tile_kernel just before, or, at
- * batches that fill the device (fold_inside), in its own blocks
+ * folds first: in a HISTORY_FOLD job of tile_kernel just before, or, when
+ * the launch asks (fold_inside), in its own blocks
  * (identity_fold, one tile after another). Both are native's update in the
  * recurrence's layout, so native's bits. The new records' gate sums start
  * from zero after a fold (prep.cuh knows the same rule). */
@@ -351,24 +351,25 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     const int32_t slot = a.slots[r];
     if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
         return;
-    /* The prologue before this kernel (and the fold job, which folds the
-     * rows that fold unless a.fold_inside) writes the records and q; the
-     * ring's cursors move only in commits, before the step. A row that does
-     * not fold asks for its checkpoint at once, while those may still run,
-     * and waits for them only before reading what they write. With
-     * a.fold_inside a row that folds first folds its rows of the checkpoint
-     * through the ring (the barrier then makes the stores visible to the
-     * block's loads). */
+    /* The prologue before this kernel writes the records and q, the fold
+     * job (unless a.fold_inside) the checkpoints of the rows that fold; the
+     * ring's cursors move only in commits, before the step. With
+     * a.fold_inside the kernel follows the prologue directly: a row that
+     * does not fold asks for its checkpoint at once, while the prologue may
+     * still run, and waits for it only before reading what it writes; a row
+     * that folds first folds its rows of the checkpoint through the ring
+     * (the barrier then makes the stores visible to the block's loads). */
     const identity_ring g = identity_ring_of(a, slot);
     const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
     const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
     const int32_t buffer = identity_block_rows(d.V) * SSM_IDENTITY_STRIDE;
     float *staged = shared;
-    if (!g.folded)
+    const bool asked_early = !g.folded && a.fold_inside;
+    if (asked_early)
         identity_stage_first(staged, first_row, rows, d, chunks, buffer);
     griddep_wait();
-    if (g.folded) {
-        if (a.fold_inside) {
+    if (!asked_early) {
+        if (g.folded && a.fold_inside) {
             identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
             __syncthreads();
         }

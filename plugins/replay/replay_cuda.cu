@@ -8,7 +8,7 @@
  * identity (identity.cuh). When n + T + T_max > L (ring_folds; the rule
  * n + 2T > L at full width) the step folds first, in its tile job (exact),
  * or for the identity in a fold job just before it (tile_kernel's
- * HISTORY_FOLD) or, at large batches, in the identity kernel's own blocks
+ * HISTORY_FOLD) or, if asked, in the identity kernel's own blocks
  * (identity_fold): it applies the n committed records and stores the
  * checkpoint, and the
  * commit then starts the ring after them. The decision is made on the

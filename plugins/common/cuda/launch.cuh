@@ -865,19 +865,16 @@ inline void launch_identity_keys(const tile_args &a, cudaStream_t st)
 }
 
 /* Whether the identity kernel folds the rows that need it in its own
- * blocks: once the batch gives every SM SSM_IDENTITY_FOLD_HEADS_PER_SM
- * heads. Then a fold job's launch (a block per tile, nearly all returning
- * at once) is a cost on every step, while a folding block, which runs its
- * head's tiles one after another, has many others to hide behind. In
- * small batches that block would be the step's critical path (folding
- * inside measured slower at 16 rows), so the fold job stays. */
-#define SSM_IDENTITY_FOLD_HEADS_PER_SM 8
+ * blocks (no fold job launch on every step; a folding block runs its
+ * head's tiles one after another). Not yet timed on a GPU, so the fold job
+ * stays the default at every batch size; SSMSTATE_CUDA_REPLAY_FOLD=inside
+ * asks for it. (An earlier fold inside this kernel, in another layout,
+ * measured slower at 16 rows, where the folding block is the step's
+ * critical path; at large batches it has many others to hide behind.) */
 inline bool identity_fold_inside(const gpu_common &g, const tile_args &a)
 {
-    if (g.identity_fold != IDENTITY_FOLD_AUTO)
-        return g.identity_fold == IDENTITY_FOLD_INSIDE;
-    return g.sms > 0 &&
-           (int64_t)a.rows * a.d.HV >= (int64_t)g.sms * SSM_IDENTITY_FOLD_HEADS_PER_SM;
+    (void)a;
+    return g.identity_fold == IDENTITY_FOLD_INSIDE;
 }
 
 /* Replay's output-only step through the identity (fp32 state): the rows
