@@ -26,8 +26,14 @@
  * NCCL is loaded at run time (dlopen, --nccl LIB), so the program builds
  * with or without NCCL's header (the few declarations it needs are below,
  * checked against nccl.h when that is on the include path) and exits 77
- * where NCCL is missing, as where two GPUs are. bench/nccl_handoff.sh
- * builds and runs it on the device machine; it is not built by `make`.
+ * where NCCL is missing, as where two GPUs are. `make` builds it as
+ * bench/nccl_handoff where configure found nccl.h (--with-nccl[=DIR]),
+ * always against the header (SSM_REQUIRE_NCCL_H) and never linked with
+ * libnccl; its default library is then SSM_NCCL_LIBRARY (DIR's
+ * libnccl.so.2, else "libnccl.so.2"). tests/gpu/nccl_handoff.gpu runs it
+ * small; bench/nccl_handoff.sh runs it (or builds it by hand) on the device
+ * machine. The workload is the options' alone: a config's [workload]
+ * section, the `ssmstate` command's, is not read.
  *
  * Exit: 0 pass, 1 a mismatch or a failure, 2 bad usage, 77 fewer than two
  * CUDA devices or no NCCL library. */
@@ -47,6 +53,12 @@
 #include <nccl.h>
 #define HAVE_NCCL_H 1
 #endif
+#endif
+#if defined(SSM_REQUIRE_NCCL_H) && !defined(HAVE_NCCL_H)
+#error "nccl.h is not on the include path (configure --with-nccl=DIR)"
+#endif
+#ifndef SSM_NCCL_LIBRARY
+#define SSM_NCCL_LIBRARY "libnccl.so.2"
 #endif
 #ifndef HAVE_NCCL_H
 /* The part of nccl.h this program uses; stable since NCCL 2.0. */
@@ -97,7 +109,7 @@ static void usage(FILE *f)
             "  --state    state dtype (default f32); activations are bf16\n"
             "  --groups   groups of requests of the pipelined hand-off (default 4)\n"
             "  --json     also write the results as JSON to FILE\n"
-            "  --nccl     NCCL library to load (default libnccl.so.2)\n"
+            "  --nccl     NCCL library to load (default " SSM_NCCL_LIBRARY ")\n"
             "exit: 0 pass, 1 mismatch or failure, 2 bad usage, 77 no two GPUs or no NCCL\n");
 }
 
@@ -177,7 +189,7 @@ static int parse_option(int argc, char **argv, int *i, options *o)
 static int parse_options(int argc, char **argv, options *o)
 {
     *o = (options){"examples/qwen3-next.ini", 32, 64, 2048, 512, 16, 10, 4, 1, SSM_DTYPE_F32,
-                   NULL, "libnccl.so.2"};
+                   NULL, SSM_NCCL_LIBRARY};
     int positional = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two-GPU prefill-to-decode hand-off over NCCL (bench/nccl_handoff.c;
-# docs/pages.md, "Two GPUs over NCCL"), built and run in one call on a
-# machine with two GPUs (the lent nvidia-h200-x2):
+# docs/pages.md, "Two GPUs over NCCL"), run (and built when the build
+# folder has no copy) in one call on a machine with two GPUs (the lent
+# nvidia-h200-x2):
 #
 #   bash bench/nccl_handoff.sh [NCCL] [-- ARGUMENTS...]
 #
@@ -13,13 +14,21 @@
 # libnccl.so.2. The library: $SSM_BUILD (a build folder with
 # .libs/libssmstate.so and the mode plugins), else the build that
 # tests/gpu/device_check.sh leaves in .device/build, made first when absent
-# (as bench/device_bench.sh does). ARGUMENTS go to the program (its defaults:
+# (as bench/device_bench.sh does). A build configured where nccl.h was found
+# (configure --with-nccl[=DIR]) has the program already, built by `make` as
+# bench/nccl_handoff: that copy is run. Otherwise the script compiles it here
+# against that build's library (with the NCCL header it finds, if any). The
+# program is never linked with NCCL: it loads the library found below, or,
+# where none is found and the build has the program, the program's default
+# (configure's DIR/lib/libnccl.so.2, else libnccl.so.2 on the loader's path).
+# ARGUMENTS go to the program (its defaults:
 # examples/qwen3-next.ini, 32 requests, prompts 64..2048, 16 decode steps,
 # fp32 state; --state bf16 for a bf16 state).
 #
 # Writes to $OUT (else .device/out): nccl_handoff.txt (the program's output),
 # nccl_handoff.json, nccl_topo.txt (nvidia-smi topo -m) and
-# nccl_handoff_build.txt. Exit: the program's (0 pass, 1 mismatch or failure,
+# nccl_handoff_build.txt (the compiler's output, or which built program
+# ran). Exit: the program's (0 pass, 1 mismatch or failure,
 # 2 bad usage, 77 fewer than two GPUs or no NCCL), or 1 when the build fails.
 set -uo pipefail
 root=$PWD
@@ -96,33 +105,55 @@ headers=$build/include
 [ -f "$headers/ssmstate/ssmstate.h" ] || headers=$root/include
 sysroot_lib=$root/.device/sysroot/usr/lib/x86_64-linux-gnu
 
-if ! find_nccl; then
+# The build's own program (`make` built it with --with-nccl): libtool's
+# wrapper, else the binary libtool keeps in .libs.
+program=
+for candidate in "${build%/}/bench/nccl_handoff" "${build%/}/bench/.libs/nccl_handoff"; do
+    if [ -f "$candidate" ] && [ -x "$candidate" ]; then
+        program=$candidate
+        break
+    fi
+done
+
+nccl_args=()
+nccl_dir=
+if find_nccl; then
+    header=${nccl_h:-none, the program declares what it calls}
+    [ -n "$program" ] && header="the build's, compiled by make"
+    echo "NCCL: $nccl_lib (header: $header)"
+    nccl_args=(--nccl "$nccl_lib")
+    nccl_dir=$(dirname "$nccl_lib")
+elif [ -n "$program" ] && [ -z "$nccl_source" ]; then
+    echo "NCCL: none found here; the program's default library"
+else
     where="the wheels in .device/wheels, the NVIDIA packages of python3 and ldconfig"
     [ -n "$nccl_source" ] && where=$nccl_source
     echo "nccl_handoff: SKIP: no NCCL library found in $where"
     exit 77
 fi
-header=${nccl_h:-none, the program declares what it calls}
-echo "NCCL: $nccl_lib (header: $header)"
 
-cuda=${CUDA_HOME:-/usr/local/cuda}
-flags=(-std=gnu11 -O2 -Wall -Wextra -I"$headers" -I"$cuda/include")
-[ -n "$nccl_h" ] && flags+=(-I"$(dirname "$nccl_h")")
-# shellcheck disable=SC2054 # -Wl, options are single words
-links=(-L"${build%/}/.libs" -lssmstate -L"$cuda/lib64" -lcudart -ldl -lm
-    -Wl,-rpath,"${build%/}/.libs" -Wl,-rpath,"$cuda/lib64")
-# shellcheck disable=SC2054
-[ -d "$sysroot_lib" ] && links+=(-Wl,-rpath-link,"$sysroot_lib" -Wl,-rpath,"$sysroot_lib")
-if ! "${CC:-cc}" "${flags[@]}" bench/nccl_handoff.c -o "$work/nccl_handoff" "${links[@]}" \
-    >"$out/nccl_handoff_build.txt" 2>&1; then
-    cat "$out/nccl_handoff_build.txt"
-    exit 1
+if [ -n "$program" ]; then
+    echo "nccl_handoff: built by make: $program" | tee "$out/nccl_handoff_build.txt"
+else
+    cuda=${CUDA_HOME:-/usr/local/cuda}
+    flags=(-std=gnu11 -O2 -Wall -Wextra -I"$headers" -I"$cuda/include")
+    [ -n "$nccl_h" ] && flags+=(-I"$(dirname "$nccl_h")")
+    # shellcheck disable=SC2054 # -Wl, options are single words
+    links=(-L"${build%/}/.libs" -lssmstate -L"$cuda/lib64" -lcudart -ldl -lm
+        -Wl,-rpath,"${build%/}/.libs" -Wl,-rpath,"$cuda/lib64")
+    # shellcheck disable=SC2054
+    [ -d "$sysroot_lib" ] && links+=(-Wl,-rpath-link,"$sysroot_lib" -Wl,-rpath,"$sysroot_lib")
+    if ! "${CC:-cc}" "${flags[@]}" bench/nccl_handoff.c -o "$work/nccl_handoff" "${links[@]}" \
+        >"$out/nccl_handoff_build.txt" 2>&1; then
+        cat "$out/nccl_handoff_build.txt"
+        exit 1
+    fi
+    program=$work/nccl_handoff
 fi
 
-nccl_dir=$(dirname "$nccl_lib")
-LD_LIBRARY_PATH="${build%/}/.libs:$sysroot_lib:$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+LD_LIBRARY_PATH="${build%/}/.libs:$sysroot_lib${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH SSMSTATE_PLUGIN_PATH="${build%/}/.libs"
 nvidia-smi topo -m >"$out/nccl_topo.txt" 2>&1
-"$work/nccl_handoff" --nccl "$nccl_lib" --json "$out/nccl_handoff.json" "$@" 2>&1 |
+"$program" "${nccl_args[@]}" --json "$out/nccl_handoff.json" "$@" 2>&1 |
     tee "$out/nccl_handoff.txt"
 exit "${PIPESTATUS[0]}"
