@@ -23,8 +23,6 @@ namespace ssm {
 
 /* When decode and verify run in one launch (step_in_one_launch). */
 enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
-/* Where replay's identity step folds (identity_fold_inside). */
-enum { IDENTITY_FOLD_AUTO, IDENTITY_FOLD_INSIDE, IDENTITY_FOLD_JOB };
 #define ONE_LAUNCH_DECODE_ROWS 8
 
 /* What every mode keeps on the GPU besides its states. */
@@ -48,7 +46,7 @@ struct gpu_common {
      * zero between steps. */
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
-    int32_t identity_fold; /* IDENTITY_FOLD_*: where replay's identity step folds */
+    bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
@@ -138,14 +136,12 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
                    : strcmp(one_launch, "1") == 0 ? ONE_LAUNCH_ALWAYS
                    : strcmp(one_launch, "0") == 0 ? ONE_LAUNCH_NEVER
                                                   : ONE_LAUNCH_AUTO;
-    /* SSMSTATE_CUDA_REPLAY_FOLD: inside folds in the identity kernel's
-     * blocks, job in a fold job before it; unset, identity_fold_inside's
-     * rule. The same bits either way. */
+    /* SSMSTATE_CUDA_REPLAY_FOLD=inside: replay's identity kernel folds
+     * the rows that need it in its own blocks instead of after a fold job
+     * (identity.cuh). A measuring knob until timed; the same bits either
+     * way. */
     const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
-    g.identity_fold = !fold                       ? IDENTITY_FOLD_AUTO
-                      : strcmp(fold, "inside") == 0 ? IDENTITY_FOLD_INSIDE
-                      : strcmp(fold, "job") == 0    ? IDENTITY_FOLD_JOB
-                                                    : IDENTITY_FOLD_AUTO;
+    g.identity_fold_inside = fold && strcmp(fold, "inside") == 0;
     /* SSMSTATE_CUDA_DECODE_STAGES=3: a one-token tile job stages two tiles
      * ahead instead of one (more bytes in flight, 48 KiB of shared memory
      * a block). A measuring knob until timed; the same bits either way. */
@@ -864,30 +860,18 @@ inline void launch_identity_keys(const tile_args &a, cudaStream_t st)
     }
 }
 
-/* Whether the identity kernel folds the rows that need it in its own
- * blocks (no fold job launch on every step; a folding block runs its
- * head's tiles one after another). Not yet timed on a GPU, so the fold job
- * stays the default at every batch size; SSMSTATE_CUDA_REPLAY_FOLD=inside
- * asks for it. (An earlier fold inside this kernel, in another layout,
- * measured slower at 16 rows, where the folding block is the step's
- * critical path; at large batches it has many others to hide behind.) */
-inline bool identity_fold_inside(const gpu_common &g, const tile_args &a)
-{
-    (void)a;
-    return g.identity_fold == IDENTITY_FOLD_INSIDE;
-}
-
 /* Replay's output-only step through the identity (fp32 state): the rows
- * whose ring would overflow fold first, in the identity kernel's blocks or
- * in tile_kernel's HISTORY_FOLD job before it (identity_fold_inside), then
- * identity.cuh's kernel. */
+ * whose ring would overflow fold first, in tile_kernel's HISTORY_FOLD job
+ * before identity.cuh's kernel or, with SSMSTATE_CUDA_REPLAY_FOLD=inside
+ * (not yet timed on a GPU; an earlier fold inside this kernel, in another
+ * layout, measured slower at 16 rows), in that kernel's own blocks. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
     if (a.rows == 0)
         return SSM_OK;
     tile_args b = a;
-    b.fold_inside = identity_fold_inside(g, a);
+    b.fold_inside = g.identity_fold_inside;
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
