@@ -19,6 +19,10 @@ elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # Whether there is time for a step that may take $1 seconds (the call's
 # limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
 time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
+# Whether step $1 is among SSM_DEVICE_STEPS (a space-separated list of
+# modes, forced, run, bench, python, ncu, peer, fla; all when unset), so
+# one plan can be split over two calls.
+wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench python ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -30,10 +34,14 @@ modes() { # NAME [VAR=VALUE...]
         "not ok $(grep -c '^not ok' "$O/modes_$name.log") $(elapsed)"
     grep '^not ok' "$O/modes_$name.log" | head -8
 }
-modes default
-SSM_TOP_BUILDDIR=$S/bin timeout 150 sh tests/gpu/run_cuda.gpu >"$O/run_cuda.log" 2>&1
-echo "run --device cuda: exit $? $(elapsed)"
-grep "^not ok" "$O/run_cuda.log" | head -5
+wanted modes && modes default
+if wanted run; then
+    SSM_TOP_BUILDDIR=$S/bin timeout 150 sh tests/gpu/run_cuda.gpu >"$O/run_cuda.log" 2>&1
+    echo "run --device cuda: exit $? $(elapsed)"
+    grep -E "^(not ok|1\.\.)" "$O/run_cuda.log" | head -5
+fi
+wanted forced && time_for 150 &&
+    modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
 bench() { # NAME CONFIGS [VAR=VALUE...]
     local name=$1 configs=$2
     shift 2
@@ -42,35 +50,33 @@ bench() { # NAME CONFIGS [VAR=VALUE...]
         >"$O/layer_$name.txt" 2>&1
     echo "bench $name: exit $? $(elapsed)"
 }
-time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
-time_for 25 && bench fold_inside examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=inside
-time_for 25 && bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
+wanted bench && time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
+wanted bench && time_for 25 && bench fold_inside examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=inside
+wanted bench && time_for 25 && bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export SSMSTATE_LIBRARY=$S/lib/libssmstate.so.0
-if time_for 20; then
+if wanted python && time_for 20; then
     timeout 70 python3 -m pytest -p no:cacheprovider -q tests/python/test_gpu.py \
         >"$O/pytest_gpu.txt" 2>&1
     echo "pytest gpu: exit $? $(elapsed)"
     tail -2 "$O/pytest_gpu.txt"
 fi
-if time_for 15; then
+if wanted python && time_for 15; then
     timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
     echo "decode_loop.py: exit $? $(elapsed)"
     tail -3 "$O/decode_loop.txt"
 fi
-time_for 150 &&
-    modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
-time_for 60 && OUT_NCU=$O bash bench/device_ncu.sh && echo "ncu: $(elapsed)"
-if time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/anchor_replayssm.py ]; then
+wanted ncu && time_for 60 && OUT_NCU=$O bash bench/device_ncu.sh && echo "ncu: $(elapsed)"
+if wanted peer && time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/anchor_replayssm.py ]; then
     python3 -m zipfile -e .device/wheels/fla_core-*.whl /tmp/fla_src
     timeout 90 python3 .device/peers/anchor_replayssm.py --replayssm-path .device/replayssm \
         --fla-path /tmp/fla_src --groups copy,decode,spec --batches 256,64 --fill 0,8 \
         --spec-T 4 --no-check --time-budget 45 >"$O/replayssm.txt" 2>&1
     echo "ReplaySSM peer: exit $? $(elapsed)"
 fi
-if time_for 40; then
+if wanted fla && time_for 40; then
     timeout 40 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
     echo "vs_fla.py: exit $? $(elapsed)"
     tail -14 "$O/vs_fla.txt"
