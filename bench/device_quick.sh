@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # One device call over what bench/device_stage.sh built on the host (carry
 # .device/stage, and .device/wheels for fla-core): the GPU mode suite by
-# default and with every launch variant forced (one-launch steps, replay's
-# identity folding inside its kernel, two tiles staged ahead), `ssmstate run
-# --device cuda`, ssmstate bench by default and with replay's folds inside
-# the identity kernel and three decode stages, the Python binding's GPU tests and examples, ncu on
-# the decode kernels (bench/device_ncu.sh), the public ReplaySSM kernels
-# (carry .device/replayssm and .device/peers), and fla-core's kernels beside
-# the binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz
-# (a device call brings back at most 8 files). Steps past 570 s are
-# skipped (a call's limit is 600 s).
+# default, in one launch, and in two launches with the other choice of
+# every knob (replay's folds in a fold job, one tile staged ahead);
+# `ssmstate run --device cuda`; ssmstate bench by default and with each
+# knob turned; the Python binding's GPU tests and examples; ncu on the
+# decode kernels (bench/device_ncu.sh); the public ReplaySSM kernels (carry
+# .device/replayssm and .device/peers); and fla-core's kernels beside the
+# binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz (a
+# device call brings back at most 8 files). Steps past 570 s are skipped
+# (a call's limit is 600 s).
 set -u
 root=$PWD S=$root/.device/stage O=/tmp/ssm_out
 mkdir -p "$O"
@@ -40,8 +40,9 @@ if wanted run; then
     echo "run --device cuda: exit $? $(elapsed)"
     grep -E "^(not ok|1\.\.)" "$O/run_cuda.log" | head -5
 fi
-wanted forced && time_for 150 &&
-    modes forced SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_REPLAY_FOLD=inside SSMSTATE_CUDA_DECODE_STAGES=3
+wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
+wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
+    SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
 bench() { # NAME CONFIGS [VAR=VALUE...]
     local name=$1 configs=$2
     shift 2
@@ -51,8 +52,12 @@ bench() { # NAME CONFIGS [VAR=VALUE...]
     echo "bench $name: exit $? $(elapsed)"
 }
 wanted bench && time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
-wanted bench && time_for 25 && bench fold_inside examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=inside
-wanted bench && time_for 25 && bench stages3 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=3
+wanted bench && time_for 25 && bench one_launch "examples/qwen3-next.ini examples/kimi-linear.ini" \
+    SSMSTATE_CUDA_ONE_LAUNCH=1
+wanted bench && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
+wanted bench && time_for 25 && bench one_launch_stages2 examples/qwen3-next.ini \
+    SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_DECODE_STAGES=2
+wanted bench && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -76,12 +81,12 @@ if wanted peer && time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/
         --spec-T 4 --no-check --time-budget 45 >"$O/replayssm.txt" 2>&1
     echo "ReplaySSM peer: exit $? $(elapsed)"
 fi
-if wanted fla && time_for 40; then
-    timeout 40 python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
+if wanted fla && time_for 60; then
+    timeout $((${SSM_DEVICE_BUDGET:-570} - $(date +%s) + t0)) python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
     echo "vs_fla.py: exit $? $(elapsed)"
     tail -14 "$O/vs_fla.txt"
 fi
-for v in default fold_inside stages3; do
+for v in default one_launch stages2 one_launch_stages2 fold_job; do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |

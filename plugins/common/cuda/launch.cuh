@@ -136,17 +136,17 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
                    : strcmp(one_launch, "1") == 0 ? ONE_LAUNCH_ALWAYS
                    : strcmp(one_launch, "0") == 0 ? ONE_LAUNCH_NEVER
                                                   : ONE_LAUNCH_AUTO;
-    /* SSMSTATE_CUDA_REPLAY_FOLD=inside: replay's identity kernel folds
-     * the rows that need it in its own blocks instead of after a fold job
-     * (identity.cuh). A measuring knob until timed; the same bits either
-     * way. */
+    /* Replay's identity kernel folds the rows that need it in its own
+     * blocks (identity.cuh); SSMSTATE_CUDA_REPLAY_FOLD=job folds them in a
+     * tile job launched before it instead. Inside measured 10% faster at
+     * B = 256 (H100). The same bits either way. */
     const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
-    g.identity_fold_inside = fold && strcmp(fold, "inside") == 0;
-    /* SSMSTATE_CUDA_DECODE_STAGES=3: a one-token tile job stages two tiles
-     * ahead instead of one (more bytes in flight, 48 KiB of shared memory
-     * a block). A measuring knob until timed; the same bits either way. */
+    g.identity_fold_inside = !(fold && strcmp(fold, "job") == 0);
+    /* One-token tile jobs and one-launch steps stage two tiles ahead of the
+     * one they update (48 KiB of shared memory a block);
+     * SSMSTATE_CUDA_DECODE_STAGES=2 stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
-    g.decode_stages = stages && strcmp(stages, "3") == 0 ? 3 : SSM_TILE_STAGES;
+    g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
      * exponentials through the hardware's approximations (prep.cuh's dev_*
      * helpers; other bits than the CPU's, the same in every mode). Off by
@@ -697,12 +697,19 @@ template <int E, bool KDA, class State, class Act>
 inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
                              cudaStream_t st)
 {
-    /* Always opted in: the kernel's static staging (up to 32 KiB) counts
+    /* Always opted in: the kernel's static staging (up to 48 KiB) counts
      * against the 48 KiB a launch gets without the attribute. */
     size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
-    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+    if (a.decode_stages == 3) { /* three 16 KiB stages: the 48 KiB of static shared memory */
+        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, 3>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        step_kernel<E, KDA, State, Act, 3><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+    } else {
+        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, SSM_TILE_STAGES>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+        step_kernel<E, KDA, State, Act, SSM_TILE_STAGES>
+            <<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+    }
 }
 
 template <class State, class Act>
@@ -751,6 +758,7 @@ inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_input
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
     a.passes = step_passes(g, a);
+    a.decode_stages = g.decode_stages;
     int32_t rows = a.passes * tile_rows(SSM_TILE_RPL);
     rows = rows < g.d.V ? rows : g.d.V;
     dim3 grid((unsigned)a.rows * (unsigned)tile_blocks_per_head(g.d.V, a.passes),
