@@ -3,8 +3,9 @@
 # bench/device_stage.sh staged (carry .device/stage): native decode at
 # B = 256 and 64 (prologue and tile job), replay's decode (prologue and
 # identity kernel) at B = 256. Per kernel: duration, DRAM throughput,
-# occupancy, registers, issue activity and the top warp stalls. Full CSV
-# under $OUT_NCU (else $OUT)/ncu_*.csv. About a minute.
+# occupancy, registers, issue activity and the top warp stalls; then the
+# prologue's SASS with per-line counts (prep_sass.csv). Full CSV under
+# $OUT_NCU (else $OUT)/ncu_*.csv. About two minutes.
 set -u
 root=$PWD S=$root/.device/stage O=${OUT_NCU:-${OUT:-$root/.device/out}}
 mkdir -p "$O"
@@ -54,3 +55,12 @@ PY
 probe native256 0 native 256 'prep|tile_kernel' 2
 probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
 
+# The prologue instruction by instruction: its SASS with the executed
+# instructions and stalls of each line (native decode, B = 256).
+if timeout 90 "$ncu" --section SourceCounters -f -o "$O/prep" --kernel-name regex:prep_kernel \
+    --launch-count 1 "$S/bin/ssmstate" bench examples/qwen3-next.ini --modes native --batches 256 \
+    --state f32 --layers 1 --accepted 1 --samples 1 --warmup 1 --quiet >/dev/null 2>&1; then
+    "$ncu" -i "$O/prep.ncu-rep" --page source --csv --print-source sass >"$O/prep_sass.csv" 2>&1
+    echo "== prep SASS: $(wc -l <"$O/prep_sass.csv") lines in prep_sass.csv"
+    rm -f "$O/prep.ncu-rep"
+fi

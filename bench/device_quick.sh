@@ -40,9 +40,6 @@ if wanted run; then
     echo "run --device cuda: exit $? $(elapsed)"
     grep -E "^(not ok|1\.\.)" "$O/run_cuda.log" | head -5
 fi
-wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
-wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
-    SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
 bench() { # NAME CONFIGS [VAR=VALUE...]
     local name=$1 configs=$2
     shift 2
@@ -55,9 +52,10 @@ wanted bench && time_for 50 && bench default "examples/qwen3-next.ini examples/k
 wanted bench && time_for 25 && bench one_launch "examples/qwen3-next.ini examples/kimi-linear.ini" \
     SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted bench && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
-wanted bench && time_for 25 && bench one_launch_stages2 examples/qwen3-next.ini \
-    SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_DECODE_STAGES=2
 wanted bench && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
+wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
+    SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -86,7 +84,7 @@ if wanted fla && time_for 60; then
     echo "vs_fla.py: exit $? $(elapsed)"
     tail -14 "$O/vs_fla.txt"
 fi
-for v in default one_launch stages2 one_launch_stages2 fold_job; do
+for v in default one_launch stages2 fold_job; do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |

@@ -8,7 +8,7 @@
  * its tiles need of the step's T tokens: q and k of its key head (every
  * block of that key head computes them again: 2K channels a token, against
  * the V x K state it moves), v of its own value rows, the gates and beta
- * of its head. The first tiles' states are on their way (cp.async) meanwhile.
+ * of its head. The first tile's state is on its way (cp.async) meanwhile.
  * Then each tile's state stays in registers across the T tokens, whose
  * inputs come from shared memory, and the next tile's state streams in.
  *
@@ -61,14 +61,11 @@ template <int K, bool KDA> struct __align__(16) step_token {
     float beta;
 };
 
-/* Dynamic shared memory of a block: a 16-byte header (the decode's
- * last-arrival flag), T tokens, then T x `rows` values of v. */
-#define SSM_STEP_HEADER 16
+/* Shared memory of a block: T tokens, then T x `rows` values of v. */
 template <int K, bool KDA>
 __host__ __device__ inline size_t step_shared_bytes(int32_t tokens, int32_t rows)
 {
-    return SSM_STEP_HEADER +
-           (size_t)tokens * (sizeof(step_token<K, KDA>) + (size_t)rows * sizeof(float));
+    return (size_t)tokens * (sizeof(step_token<K, KDA>) + (size_t)rows * sizeof(float));
 }
 
 /* Where a block is: its job, its tiles, its value rows [row_first, row_end). */
@@ -208,13 +205,13 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
 }
 
 /* A decode's last block of a key head writes that head's q and k window
- * (see the top of this file). `last_arrival` is in shared memory. */
+ * (see the top of this file). */
 template <class Act>
 __device__ __forceinline__ void step_window(const tile_args &a, const step_inputs &in,
                                             const step_place &p, bool holds_qk,
-                                            const float (&window)[4][4], int32_t channel,
-                                            int32_t &last_arrival)
+                                            const float (&window)[4][4], int32_t channel)
 {
+    __shared__ int32_t last_arrival;
     if (threadIdx.x == 0) {
         int32_t *count = in.arrivals + p.j.cell * a.d.H + p.key_head;
         __threadfence(); /* the block's reads of the window are done (the barrier before) */
@@ -238,17 +235,14 @@ __device__ __forceinline__ void step_window(const tile_args &a, const step_input
  * threads, step_shared_bytes(T, a.passes * tile_rows(RPL) capped at V)
  * of dynamic shared memory. a.tokens tokens a row, no history; the conv
  * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
- * native verify: STORE_EACH; compact verify: STORE_NONE with records.
- * STAGES tiles are staged at once: the first STAGES - 1 are asked for
- * before the prologue's math, so that many tiles of state are on their way
- * while the block computes its tokens. */
-template <int E, bool KDA, class State, class Act, int STAGES>
+ * native verify: STORE_EACH; compact verify: STORE_NONE with records. */
+template <int E, bool KDA, class State, class Act>
 __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
                                                                        step_inputs in)
 {
     constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
     const dims &d = a.d;
-    __shared__ tile_stage<E, RPL, State> stage[STAGES];
+    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
     extern __shared__ __align__(16) uint8_t step_shared[];
     const int32_t tiles = tiles_per_head(d.V, RPL);
     step_place p;
@@ -266,39 +260,33 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         return;
     j.cell = (int64_t)j.slot * a.layers + j.layer;
     State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
-#pragma unroll
-    for (int32_t k = 0; k < STAGES - 1; k++) {
-        if (p.first + k < p.last)
-            tile_stage_async(stage[k], d, source, p.first + k);
-        copy_async_commit(); /* possibly empty: keeps one group per tile */
-    }
+    tile_stage_async(stage[0], d, source, p.first);
+    copy_async_commit();
 
     p.key_head = j.h / d.group;
     p.writes_qk = p.first == 0 && j.h % d.group == 0;
     p.row_first = p.first * tile_rows(RPL);
     p.row_end = p.last * tile_rows(RPL) < d.V ? p.last * tile_rows(RPL) : d.V;
     const int32_t rows = p.row_end - p.row_first;
-    int32_t &last_arrival = *(int32_t *)step_shared;
-    step_token<K, KDA> *tok = (step_token<K, KDA> *)(step_shared + SSM_STEP_HEADER);
-    float *v = (float *)(step_shared + SSM_STEP_HEADER +
-                         (size_t)a.tokens * sizeof(step_token<K, KDA>));
+    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
+    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
     float window[4][4];
     int32_t channel = 0;
     bool holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, window, channel);
     step_gates<K, KDA, Act>(a, in, p, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
-        step_window<Act>(a, in, p, holds_qk, window, channel, last_arrival);
+        step_window<Act>(a, in, p, holds_qk, window, channel);
 
     for (int32_t tile = p.first; tile < p.last; tile++) {
         int32_t k = tile - p.first;
-        if (tile + STAGES - 1 < p.last)
-            tile_stage_async(stage[(k + STAGES - 1) % STAGES], d, source, tile + STAGES - 1);
-        copy_async_commit();
-        copy_async_wait<STAGES - 1>();
+        if (tile + 1 < p.last)
+            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], d, source, tile + 1);
+        copy_async_commit(); /* possibly empty: keeps one group per tile */
+        copy_async_wait<SSM_TILE_STAGES - 1>();
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
-        tile_from_stage(t, stage[k % STAGES]);
+        tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
         for (int32_t i = 0; i < a.tokens; i++) {
             token_regs<E, RPL, KDA> tk;
             load_lane<E>(tok[i].k, t.sub, tk.k);

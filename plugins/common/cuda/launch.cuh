@@ -24,6 +24,7 @@ namespace ssm {
 /* When decode and verify run in one launch (step_in_one_launch). */
 enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
 #define ONE_LAUNCH_DECODE_ROWS 8
+#define ONE_LAUNCH_DECODE_HEADS 2048 /* rows x value heads */
 
 /* What every mode keeps on the GPU besides its states. */
 struct gpu_common {
@@ -142,9 +143,9 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * B = 256 (H100). The same bits either way. */
     const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
     g.identity_fold_inside = !(fold && strcmp(fold, "job") == 0);
-    /* One-token tile jobs and one-launch steps stage two tiles ahead of the
-     * one they update (48 KiB of shared memory a block);
-     * SSMSTATE_CUDA_DECODE_STAGES=2 stages one. The same bits either way. */
+    /* One-token tile jobs stage two tiles ahead of the one they update
+     * (48 KiB of shared memory a block); SSMSTATE_CUDA_DECODE_STAGES=2
+     * stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
     g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
@@ -677,39 +678,47 @@ inline step_inputs step_inputs_for(const gpu_common &g, const ssm_step_v1 *step,
     return in;
 }
 
+/* Whether a one-launch step of `rows` rows runs whole heads a block:
+ * once the batch gives every SM SSM_STEP_HEADS_PER_SM heads (a wave of
+ * resident blocks), the q and k of a head (and its gates) are then
+ * computed once, not once per value tile. */
+#define SSM_STEP_HEADS_PER_SM 4
+inline bool step_whole_heads(const gpu_common &g, int32_t rows)
+{
+    return g.sms > 0 && (int64_t)rows * g.d.HV >= (int64_t)g.sms * SSM_STEP_HEADS_PER_SM;
+}
+
 /* Whether a step runs in one launch: a decode or verify (no prefill
  * pieces) of a conv width of at most 4, unless SSMSTATE_CUDA_ONE_LAUNCH
  * says otherwise. By default every verify does (an MTP round at B = 256
- * took 12% less time for GDN and 20% less for KDA on an H100), and a decode
- * of at most ONE_LAUNCH_DECODE_ROWS rows (B = 1: 7.1 against 8.7 us); a
- * larger decode keeps the prologue launch, whose tiles split the batch
- * without repeating the conv and norms per value tile (B = 64 took 145
- * against 114 us in one launch). docs/architecture.md has the table. */
+ * took 12% less time for GDN and 20% less for KDA on an H100); so does a
+ * decode of at most ONE_LAUNCH_DECODE_ROWS rows (B = 1: 7.1 against
+ * 8.7 us), and one whose blocks run whole heads up to
+ * ONE_LAUNCH_DECODE_HEADS heads (B = 64 of 32 heads: 110.1 against
+ * 112.5 us). Between the two, one-launch blocks would split heads into
+ * value tiles that repeat their head's conv and norms (B = 64 split so took
+ * 145 against 114 us); past them the prologue launch wins (B = 256: 416.5
+ * against 409.8 us). docs/architecture.md has the table. */
 inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 {
     if (g.one_launch == ONE_LAUNCH_NEVER || step->token_offsets || g.d.W > 4)
         return false;
+    const int64_t heads = (int64_t)step->rows * g.d.HV;
     return g.one_launch == ONE_LAUNCH_ALWAYS || step->tokens > 1 ||
-           step->rows <= ONE_LAUNCH_DECODE_ROWS;
+           step->rows <= ONE_LAUNCH_DECODE_ROWS ||
+           (step_whole_heads(g, step->rows) && heads <= ONE_LAUNCH_DECODE_HEADS);
 }
 
 template <int E, bool KDA, class State, class Act>
 inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
                              cudaStream_t st)
 {
-    /* Always opted in: the kernel's static staging (up to 48 KiB) counts
+    /* Always opted in: the kernel's static staging (up to 32 KiB) counts
      * against the 48 KiB a launch gets without the attribute. */
     size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
-    if (a.decode_stages == 3) { /* three 16 KiB stages: the 48 KiB of static shared memory */
-        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, 3>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        step_kernel<E, KDA, State, Act, 3><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
-    } else {
-        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, SSM_TILE_STAGES>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        step_kernel<E, KDA, State, Act, SSM_TILE_STAGES>
-            <<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
-    }
+    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
 }
 
 template <class State, class Act>
@@ -726,21 +735,13 @@ inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 gr
     }
 }
 
-/* Tiles a block runs in a one-launch step. Once the batch gives every SM
- * SSM_STEP_HEADS_PER_SM heads (a wave of resident blocks), whole heads: the
- * q and k of a head (and its gates) are then computed once, not once per
- * value tile. Below that, a decode takes tile_passes()'s choice and a
- * verify one tile a block, for parallelism. A decode of 64 rows split into
- * tiles took 27% longer in one launch than with the prologue launch (H100),
- * its tiles repeating their head's conv and norms; whole heads are the
- * decode's design from there on (measured only with every decode in one
- * launch, SSMSTATE_CUDA_ONE_LAUNCH=1, until timed). Never changes a bit. */
-#define SSM_STEP_HEADS_PER_SM 4
+/* Tiles a block runs in a one-launch step: whole heads where
+ * step_whole_heads() says so; below that, a decode takes tile_passes()'s
+ * choice and a verify one tile a block, for parallelism. Never changes a
+ * bit. */
 inline int32_t step_passes(const gpu_common &g, const tile_args &a)
 {
-    bool few_heads =
-        g.sms <= 0 || (int64_t)a.rows * a.d.HV < (int64_t)g.sms * SSM_STEP_HEADS_PER_SM;
-    if (!few_heads)
+    if (step_whole_heads(g, a.rows))
         return tiles_per_head(a.d.V, SSM_TILE_RPL);
     return a.tokens == 1 ? tile_passes(g, a, a.rows) : 1;
 }
@@ -758,7 +759,6 @@ inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_input
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
     a.passes = step_passes(g, a);
-    a.decode_stages = g.decode_stages;
     int32_t rows = a.passes * tile_rows(SSM_TILE_RPL);
     rows = rows < g.d.V ? rows : g.d.V;
     dim3 grid((unsigned)a.rows * (unsigned)tile_blocks_per_head(g.d.V, a.passes),
