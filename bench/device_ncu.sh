@@ -54,6 +54,7 @@ PY
 }
 probe native256 0 native 256 'prep|tile_kernel' 2
 probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
+probe step256 1 native 256 'step_kernel' 1
 
 # The prologue instruction by instruction: its SASS with the executed
 # instructions and stalls of each line (native decode, B = 256).
