@@ -169,7 +169,10 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
 }
 
 /* The gates and beta of the block's value head for the row's T tokens
- * (and their records, by the head's first block). */
+ * (and their records, by the head's first block). They go to the block's
+ * last threads, which have no conv channels in a GDN step (2K + its value
+ * rows < the block's threads), so their loads and transcendentals run
+ * beside the conv rather than after it on the same thread. */
 template <int K, bool KDA, class Act>
 __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs &in,
                                            const step_place &p, step_token<K, KDA> *tok)
@@ -182,7 +185,8 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
                                  (int64_t)j.layer * in.layer_stride
                            : (uint8_t *)0;
     bool finite = true;
-    for (int32_t i = (int32_t)threadIdx.x; i < T * count; i += (int32_t)blockDim.x) {
+    const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
+    for (int32_t i = from_top; i < T * count; i += (int32_t)blockDim.x) {
         int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
         float raw = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
         finite = finite && isfinite(raw);
@@ -191,8 +195,9 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         if (records)
             ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.decay))[e] = decay;
     }
-    for (int32_t t = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x; t >= 0 && t < T;
-         t += (int32_t)blockDim.x) {
+    for (int32_t t = (from_top + (int32_t)blockDim.x - T * count % (int32_t)blockDim.x) %
+                     (int32_t)blockDim.x;
+         t < T; t += (int32_t)blockDim.x) {
         float raw = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
         finite = finite && isfinite(raw);
         tok[t].beta = dev_sigmoid(d, raw);
@@ -205,13 +210,18 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
 }
 
 /* A decode's last block of a key head writes that head's q and k window
- * (see the top of this file). */
+ * (see the top of this file). Only the warps holding q and k channels (the
+ * first K / 2 threads) wait for the count, on a named barrier; the others
+ * go on to their tiles at once. */
 template <class Act>
 __device__ __forceinline__ void step_window(const tile_args &a, const step_inputs &in,
                                             const step_place &p, bool holds_qk,
                                             const float (&window)[4][4], int32_t channel)
 {
     __shared__ int32_t last_arrival;
+    const int32_t qk_threads = (a.d.K / 2 + 31) / 32 * 32;
+    if ((int32_t)threadIdx.x >= qk_threads)
+        return;
     if (threadIdx.x == 0) {
         int32_t *count = in.arrivals + p.j.cell * a.d.H + p.key_head;
         __threadfence(); /* the block's reads of the window are done (the barrier before) */
@@ -220,7 +230,7 @@ __device__ __forceinline__ void step_window(const tile_args &a, const step_input
         if (last_arrival)
             atomicExch(count, 0);
     }
-    __syncthreads();
+    asm volatile("bar.sync 1, %0;" ::"r"(qk_threads) : "memory");
     if (!last_arrival || !holds_qk)
         return;
     __threadfence();
