@@ -4,7 +4,8 @@
 # default, in one launch, and in two launches with the other choice of
 # every knob (replay's folds in a fold job, one tile staged ahead);
 # `ssmstate run --device cuda`; ssmstate bench by default and with each
-# knob turned; the Python binding's GPU tests and examples; ncu on the
+# knob turned; the chunk kernels' test and timings (both product forms)
+# beside fla-core's prefill; the Python binding's GPU tests and examples; ncu on the
 # decode kernels (bench/device_ncu.sh); the public ReplaySSM kernels (carry
 # .device/replayssm and .device/peers); and fla-core's kernels beside the
 # binding (vs_fla.py). A short table last; every log in $OUT/logs.tgz (a
@@ -20,9 +21,10 @@ elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
 time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
 # Whether step $1 is among SSM_DEVICE_STEPS (a space-separated list of
-# modes, forced, run, bench, python, ncu, peer, fla; all when unset), so
+# modes, forced, run, bench, chunk, python, ncu, peer, fla; all when
+# unset), so
 # one plan can be split over two calls.
-wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench python ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
+wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench chunk python ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -53,6 +55,14 @@ wanted bench && time_for 25 && bench one_launch "examples/qwen3-next.ini example
     SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted bench && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
 wanted bench && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+if wanted chunk && time_for 60; then
+    timeout 150 "$S/bin/check_chunk_cuda" >"$O/chunk_cuda.log" 2>&1
+    echo "check_chunk_cuda: exit $? ok $(grep -c '^ok' "$O/chunk_cuda.log")" \
+        "not ok $(grep -c '^not ok' "$O/chunk_cuda.log") $(elapsed)"
+    grep '^not ok' "$O/chunk_cuda.log" | head -8
+    time_for 40 && timeout 90 "$S/bin/bench_chunk" >"$O/bench_chunk.txt" 2>&1
+    echo "bench_chunk: exit $? $(elapsed)"
+fi
 wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
     SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
@@ -79,11 +89,17 @@ if wanted peer && time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/
         --spec-T 4 --no-check --time-budget 45 >"$O/replayssm.txt" 2>&1
     echo "ReplaySSM peer: exit $? $(elapsed)"
 fi
+if wanted chunk && time_for 60; then
+    timeout 90 python3 bench/fla_prefill.py --reps 10 >"$O/fla_prefill.txt" 2>&1
+    echo "fla_prefill.py: exit $? $(elapsed)"
+fi
 if wanted fla && time_for 60; then
     timeout $((${SSM_DEVICE_BUDGET:-570} - $(date +%s) + t0)) python3 examples/python/vs_fla.py >"$O/vs_fla.txt" 2>&1
     echo "vs_fla.py: exit $? $(elapsed)"
     tail -14 "$O/vs_fla.txt"
 fi
+[ -f "$O/bench_chunk.txt" ] && cat "$O/bench_chunk.txt"
+[ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
 for v in default one_launch stages2 fold_job; do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"

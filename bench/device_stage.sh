@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CUDA library, plugins, command and GPU mode test here (nvcc
+# Builds the CUDA library, plugins, command, the GPU mode and chunk tests
+# and the chunk kernels' timing program here (nvcc
 # compiles and links on a machine without a GPU) and stages them with the
 # shared libraries they need in .device/stage/, so that a device call only
 # runs them (bench/device_quick.sh) instead of spending its time on nvcc.
@@ -11,13 +12,23 @@ mkdir -p "$bld"
 cd "$bld"
 [ -f Makefile ] || "$root/configure" -q
 grep -q "^#define HAVE_NVCC 1" config.h || { echo "device_stage: no nvcc found by configure" >&2; exit 1; }
-make -j"$(nproc)" libssmstate.la native.la compact.la replay.la ssmstate tests/gpu/check_gpu_modes
+make -j"$(nproc)" libssmstate.la native.la compact.la replay.la ssmstate tests/gpu/check_gpu_modes \
+    tests/gpu/check_chunk_cuda
+# The chunk kernels' own timing program (its comment has the command).
+nvcc=$(sed -n 's/^NVCC = //p' Makefile)
+arch=$(sed -n 's/^NVCC_ARCH = //p' Makefile)
+"$nvcc" -std=c++17 -O3 --fmad=false $arch -I"$root" -I"$root/include" -I"$bld" \
+    "$root/bench/bench_chunk.cu" -o bench_chunk
 rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/bin"
 cp -a .libs/libssmstate.so* .libs/native.so .libs/compact.so .libs/replay.so "$stage/lib/"
 cp .libs/ssmstate "$stage/bin/"
 t=tests/gpu/.libs/check_gpu_modes
 [ -f "$t" ] || t=tests/gpu/.libs/lt-check_gpu_modes
 cp "$t" "$stage/bin/check_gpu_modes"
+t=tests/gpu/.libs/check_chunk_cuda
+[ -f "$t" ] || t=tests/gpu/check_chunk_cuda
+cp "$t" "$stage/bin/check_chunk_cuda"
+cp bench_chunk "$stage/bin/"
 # What the device machine lacks: inih, and the CUDA runtime these were linked with.
 for so in libinih.so.1 libcudart.so.13 libsubunit.so.0; do
     path=$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/bin/ssmstate" | awk -v so="$so" '$1 == so { print $3 }')
