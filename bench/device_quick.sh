@@ -4,7 +4,7 @@
 # default, in one launch, and in two launches with the other choice of
 # every knob (replay's folds in a fold job, one tile staged ahead);
 # `ssmstate run --device cuda`; ssmstate bench by default and with each
-# knob turned; the chunk kernels' test and timings (both product forms)
+# knob turned; the chunk kernels' test and timings
 # beside fla-core's prefill; the Python binding's GPU tests and examples; ncu on the
 # decode kernels (bench/device_ncu.sh); the public ReplaySSM kernels (carry
 # .device/replayssm and .device/peers); and fla-core's kernels beside the

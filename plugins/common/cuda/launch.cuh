@@ -60,7 +60,6 @@ struct gpu_common {
     int8_t tuned[SSM_TUNE_FAMILIES][SSM_TUNE_BUCKETS];
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
-    bool prefill_bf16_products; /* ... with bf16 products (chunk_args.bf16_products) */
 };
 
 /* Bytes per slot of the tensor-core prefill's work records (one chunk of
@@ -149,12 +148,6 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
     g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
-    /* SSMSTATE_CUDA_PREFILL_PRODUCTS=bf16: the tensor-core prefill's
-     * products on bf16 operands, one pass each, instead of 3xTF32 (5e-3 from
-     * fp64 instead of 1e-5 from the CPU). A measuring knob until timed: it
-     * changes the state a prefill leaves, the same way in every mode. */
-    const char *products = getenv("SSMSTATE_CUDA_PREFILL_PRODUCTS");
-    g.prefill_bf16_products = products && strcmp(products, "bf16") == 0;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
      * exponentials through the hardware's approximations (prep.cuh's dev_*
      * helpers; other bits than the CPU's, the same in every mode). Off by
@@ -603,7 +596,6 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.capacity = g.capacity;
         a.flags = g.flags;
         a.rows_own_inputs = by_row;
-        a.bf16_products = g.prefill_bf16_products;
         a.q = g.prefill_q;
         a.q_token = (int64_t)d.H * d.K;
         a.q_row = tokens * a.q_token;
@@ -701,12 +693,15 @@ inline bool step_whole_heads(const gpu_common &g, int32_t rows)
  * says otherwise. By default every verify does (an MTP round at B = 256
  * took 12% less time for GDN and 20% less for KDA on an H100); so does a
  * decode of at most ONE_LAUNCH_DECODE_ROWS rows (B = 1: 7.1 against
- * 8.7 us), and one whose blocks run whole heads up to
- * ONE_LAUNCH_DECODE_HEADS heads (B = 64 of 32 heads: 110.1 against
- * 112.5 us). Between the two, one-launch blocks would split heads into
- * value tiles that repeat their head's conv and norms (B = 64 split so took
- * 145 against 114 us); past them the prologue launch wins (B = 256: 416.5
- * against 409.8 us). docs/architecture.md has the table. */
+ * 8.7 us), and one whose blocks run whole heads: up to
+ * ONE_LAUNCH_DECODE_HEADS heads for GDN (B = 64 of 32 heads: 110.1 against
+ * 112.5 us; past it the prologue launch wins, B = 256: 416.5 against
+ * 409.8 us), at any batch for KDA, whose per-channel decays the
+ * prologue would write and the recurrence read back, K floats a head
+ * (B = 256: 427.8 against 446.1 us).
+ * Between the two, one-launch blocks would split heads into value tiles
+ * that repeat their head's conv and norms (B = 64 split so took 145
+ * against 114 us). docs/architecture.md has the table. */
 inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 {
     if (g.one_launch == ONE_LAUNCH_NEVER || step->token_offsets || g.d.W > 4)
@@ -714,7 +709,7 @@ inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
     const int64_t heads = (int64_t)step->rows * g.d.HV;
     return g.one_launch == ONE_LAUNCH_ALWAYS || step->tokens > 1 ||
            step->rows <= ONE_LAUNCH_DECODE_ROWS ||
-           (step_whole_heads(g, step->rows) && heads <= ONE_LAUNCH_DECODE_HEADS);
+           (step_whole_heads(g, step->rows) && (g.d.kda || heads <= ONE_LAUNCH_DECODE_HEADS));
 }
 
 template <int E, bool KDA, class State, class Act>
@@ -877,10 +872,10 @@ inline void launch_identity_keys(const tile_args &a, cudaStream_t st)
 }
 
 /* Replay's output-only step through the identity (fp32 state): the rows
- * whose ring would overflow fold first, in tile_kernel's HISTORY_FOLD job
- * before identity.cuh's kernel or, with SSMSTATE_CUDA_REPLAY_FOLD=inside
- * (not yet timed on a GPU; an earlier fold inside this kernel, in another
- * layout, measured slower at 16 rows), in that kernel's own blocks. */
+ * whose ring would overflow fold first, by default in identity.cuh's
+ * kernel's own blocks (10% faster at B = 256 on an H100) or, with
+ * SSMSTATE_CUDA_REPLAY_FOLD=job, in tile_kernel's HISTORY_FOLD job before
+ * it. */
 inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void *stream,
                                   const ssm_services_v1 *s)
 {
