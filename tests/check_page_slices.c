@@ -9,6 +9,9 @@
  *   outputs are the whole context's heads [h0, h1), bit for bit (every
  *   value head's recurrence reads only its own channels).
  * - The ranks' pages, merged in any order, equal the whole context's page.
+ * - A change of degree (2 to 1, 1 to 2, 4 to 2, 2 to 4): the old ranks'
+ *   pages, merged or sliced to the new ranks' heads, carry on in other
+ *   modes with the whole context's outputs, bit for bit.
  * - Refused with the slot untouched: another rank's page; merging
  *   overlapping pages, pages with a gap, pages of another model; slices off
  *   a key-head group; contexts whose slice is not whole groups. */
@@ -63,26 +66,13 @@ static void copy_element(void *dst, int64_t j, const void *src, int64_t i, ssm_d
     memcpy((char *)dst + j * (int64_t)es, (const char *)src + i * (int64_t)es, es);
 }
 
-static void open_world(world *w, int variant)
+/* `tp` rank contexts of the world's model, rank i in mode
+ * modes[(first_mode + i) % 3], with the rank's rows of the weights. */
+static void open_ranks(world *w, int32_t tp, int first_mode)
 {
-    memset(w, 0, sizeof *w);
-    test_rng_init(&w->rng, test_seed() ^ (uint64_t)(variant + 5) * 0x9e3779b97f4a7c15ull);
-    w->group = 1 + variant % 2;
-    w->tp = variant / 2 % 2 ? 4 : 2;
-    w->m = (ssm_model_dims){variant / 4 % 2 ? SSM_MODEL_KDA : SSM_MODEL_GDN, 2, 4, 4 * w->group,
-                            16, 8, 4, 0, 0.0f};
-    w->state = variant / 8 % 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
-    w->act = SSM_DTYPE_BF16;
-    w->mode = variant % 3;
-    ssm_config c;
-    test_config(&c, &w->m, modes[w->mode], w->state, w->act, 2, 3);
-    ck_assert_msg(ssm_ctx_create(&c, &w->whole) == SSM_OK, "%s", ssm_last_error());
-    ck_assert_int_eq(ssm_slot_acquire(w->whole, &w->slot), SSM_OK);
-    w->w = calloc((size_t)w->m.layers, sizeof *w->w);
-    for (int32_t l = 0; l < w->m.layers; l++)
-        test_weights_make(&w->rng, &w->m, 1, &w->w[l]);
-    int32_t HV = w->m.value_heads, per = HV / w->tp, K = w->m.key_dim, W = w->m.conv_width;
-    for (int32_t i = 0; i < w->tp; i++) {
+    w->tp = tp;
+    int32_t HV = w->m.value_heads, per = HV / tp, K = w->m.key_dim, W = w->m.conv_width;
+    for (int32_t i = 0; i < tp; i++) {
         rank *r = &w->ranks[i];
         r->h0 = i * per;
         r->h1 = r->h0 + per;
@@ -92,7 +82,7 @@ static void open_world(world *w, int variant)
         r->m.value_heads = per;
         r->m.heads = per / w->group;
         ssm_config rc;
-        test_config(&rc, &r->m, modes[(w->mode + 1 + i) % 3], w->state, w->act, 2, 3);
+        test_config(&rc, &r->m, modes[(first_mode + i) % 3], w->state, w->act, 2, 3);
         rc.head_slice = (ssm_head_slice){w->m.heads, HV, r->h0};
         ck_assert_msg(ssm_ctx_create(&rc, &r->ctx) == SSM_OK, "%s", ssm_last_error());
         ck_assert_int_eq(ssm_slot_acquire(r->ctx, &r->slot), SSM_OK);
@@ -119,6 +109,49 @@ static void open_world(world *w, int variant)
     }
 }
 
+static void close_ranks(world *w)
+{
+    for (int32_t i = 0; i < w->tp; i++) {
+        rank *r = &w->ranks[i];
+        ssm_ctx_destroy(r->ctx);
+        free(r->conv_weight);
+        free(r->conv_bias);
+        free(r->a_log);
+        free(r->dt_bias);
+    }
+    w->tp = 0;
+}
+
+/* The whole context (in modes[mode]) and its weights, with `group` value
+ * heads per key head (4 x group value heads), no ranks yet. */
+static void open_whole(world *w, uint64_t salt, int32_t group, ssm_model_kind kind,
+                       ssm_dtype state, int mode)
+{
+    memset(w, 0, sizeof *w);
+    test_rng_init(&w->rng, test_seed() ^ salt * 0x9e3779b97f4a7c15ull);
+    w->group = group;
+    w->m = (ssm_model_dims){kind, 2, 4, 4 * group, 16, 8, 4, 0, 0.0f};
+    w->state = state;
+    w->act = SSM_DTYPE_BF16;
+    w->mode = mode;
+    ssm_config c;
+    test_config(&c, &w->m, modes[mode], state, w->act, 2, 3);
+    ck_assert_msg(ssm_ctx_create(&c, &w->whole) == SSM_OK, "%s", ssm_last_error());
+    ck_assert_int_eq(ssm_slot_acquire(w->whole, &w->slot), SSM_OK);
+    w->w = calloc((size_t)w->m.layers, sizeof *w->w);
+    for (int32_t l = 0; l < w->m.layers; l++)
+        test_weights_make(&w->rng, &w->m, 1, &w->w[l]);
+}
+
+/* variant: group 1 or 2, tp 2 or 4, GDN or KDA, fp32 or bf16 state. */
+static void open_world(world *w, int variant)
+{
+    open_whole(w, (uint64_t)(variant + 5), 1 + variant % 2,
+               variant / 4 % 2 ? SSM_MODEL_KDA : SSM_MODEL_GDN,
+               variant / 8 % 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, variant % 3);
+    open_ranks(w, variant / 2 % 2 ? 4 : 2, w->mode + 1);
+}
+
 static ssm_layer_weights rank_weights(const world *w, const rank *r, int32_t l)
 {
     int64_t D = ssm_conv_channels(&r->m), per = r->m.value_heads;
@@ -130,14 +163,7 @@ static ssm_layer_weights rank_weights(const world *w, const rank *r, int32_t l)
 
 static void close_world(world *w)
 {
-    for (int32_t i = 0; i < w->tp; i++) {
-        rank *r = &w->ranks[i];
-        ssm_ctx_destroy(r->ctx);
-        free(r->conv_weight);
-        free(r->conv_bias);
-        free(r->a_log);
-        free(r->dt_bias);
-    }
+    close_ranks(w);
     for (int32_t l = 0; l < w->m.layers; l++)
         test_weights_free(&w->w[l]);
     free(w->w);
@@ -316,6 +342,89 @@ START_TEST(ranks_follow_the_whole_model)
 }
 END_TEST
 
+/* A hand-off between tensor-parallel degrees: ranks at degree p run a
+ * prompt and decodes, export their pages and go; ranks at degree q, in
+ * other modes, import what the pages give their heads (merged where a new
+ * rank holds several old ones' heads, sliced where it holds part of one)
+ * and run on. _i: (p, q) in (2, 1), (1, 2), (4, 2), (2, 4); group 1 or 2;
+ * GDN or KDA; fp32 or bf16 state. */
+START_TEST(degree_change_keeps_outputs)
+{
+    static const int32_t degrees[4][2] = {{2, 1}, {1, 2}, {4, 2}, {2, 4}};
+    const int32_t p = degrees[_i % 4][0], q = degrees[_i % 4][1];
+    world w;
+    open_whole(&w, (uint64_t)(_i + 101), 1 + _i / 4 % 2,
+               _i / 8 % 2 ? SSM_MODEL_KDA : SSM_MODEL_GDN,
+               _i / 16 % 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, _i % 3);
+    open_ranks(&w, p, _i % 3 + 1);
+    step_all(&w, 1, 9 + 60 * (_i % 2), 1);
+    step_all(&w, 0, 1, 1);
+    step_all(&w, 0, 1, 1);
+
+    const void *pages[MAX_TP];
+    size_t sizes[MAX_TP];
+    int32_t first[MAX_TP], end[MAX_TP];
+    for (int32_t i = 0; i < p; i++) {
+        pages[i] = page_of(w.ranks[i].ctx, w.ranks[i].slot, &sizes[i]);
+        first[i] = w.ranks[i].h0;
+        end[i] = w.ranks[i].h1;
+    }
+    close_ranks(&w);
+    open_ranks(&w, q, _i % 3 + 2);
+    for (int32_t j = 0; j < q; j++) {
+        rank *r = &w.ranks[j];
+        size_t bytes = ssm_page_bytes(r->ctx), written = 0;
+        unsigned char *mine = malloc(bytes);
+        ck_assert_ptr_nonnull(mine);
+        const void *parts[MAX_TP];
+        size_t part_sizes[MAX_TP];
+        int32_t count = 0, holder = -1;
+        for (int32_t i = 0; i < p; i++) {
+            if (first[i] >= r->h0 && end[i] <= r->h1) {
+                parts[count] = pages[i];
+                part_sizes[count++] = sizes[i];
+            }
+            if (first[i] <= r->h0 && end[i] >= r->h1)
+                holder = i;
+        }
+        if (count > 1)
+            ck_assert_msg(ssm_page_merge(parts, part_sizes, count, mine, bytes, &written) ==
+                              SSM_OK,
+                          "%s", ssm_last_error());
+        else
+            ck_assert_msg(ssm_page_slice(pages[holder], sizes[holder], r->h0, r->h1, mine, bytes,
+                                         &written) == SSM_OK,
+                          "%s", ssm_last_error());
+        ck_assert_int_eq(written, bytes);
+        ck_assert_msg(ssm_slot_import_page(r->ctx, r->slot, mine, bytes) == SSM_OK, "%s",
+                      ssm_last_error());
+        free(mine);
+    }
+    for (int32_t i = 0; i < p; i++)
+        free((void *)pages[i]);
+    step_all(&w, 0, 1, 1);
+    step_all(&w, 1, 20, 1);
+    step_all(&w, 0, 1, 1);
+
+    /* the new ranks' pages, merged, are the whole context's page */
+    size_t whole_bytes, merged_bytes = 0;
+    unsigned char *whole = page_of(w.whole, w.slot, &whole_bytes);
+    unsigned char *merged = malloc(whole_bytes);
+    ck_assert_ptr_nonnull(merged);
+    for (int32_t j = 0; j < q; j++)
+        pages[j] = page_of(w.ranks[j].ctx, w.ranks[j].slot, &sizes[j]);
+    ck_assert_msg(ssm_page_merge(pages, sizes, q, merged, whole_bytes, &merged_bytes) == SSM_OK,
+                  "%s", ssm_last_error());
+    ck_assert_msg(merged_bytes == whole_bytes && memcmp(merged, whole, whole_bytes) == 0,
+                  "degree %d to %d: the new ranks' pages differ from the whole context's", p, q);
+    for (int32_t j = 0; j < q; j++)
+        free((void *)pages[j]);
+    free(merged);
+    free(whole);
+    close_world(&w);
+}
+END_TEST
+
 /* Pages of different models or dtypes do not merge: _i picks what differs
  * (value_dim, KDA's lower_bound, the state dtype). */
 START_TEST(merge_refuses_another_model)
@@ -391,6 +500,7 @@ Suite *make_suite(void)
     Suite *s = suite_create("page slices");
     TCase *tc = tcase_create("tensor parallel");
     tcase_add_loop_test(tc, ranks_follow_the_whole_model, 0, 16);
+    tcase_add_loop_test(tc, degree_change_keeps_outputs, 0, 32);
     tcase_add_loop_test(tc, merge_refuses_another_model, 0, 3);
     tcase_add_test(tc, config_refuses_bad_slices);
     suite_add_tcase(s, tc);
