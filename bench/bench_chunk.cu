@@ -1,7 +1,8 @@
 /* Times the GPU's chunked recurrence alone on the prefill benchmark's shapes:
  * Qwen3-Next (GDN, H 16, HV 32, K = V = 128) and Kimi-Linear (KDA, H = HV =
- * 32), 1 x 4096 and 8 x 1024 tokens and a variable-length batch of 8
- * rows (8192 tokens, 256 to 2048 a row), one layer. Forms: chunk_tc.cuh's pair
+ * 32), 1 x 4096, 8 x 1024 and 4 x 512 (the serving benchmark's prefill
+ * chunk) tokens and a variable-length batch of 8 rows (8192 tokens, 256 to
+ * 2048 a row), one layer. Forms: chunk_tc.cuh's pair
  * on tensor cores with an fp32 state, each of its two kernels alone, the
  * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are
  * prepared tokens (normalized-scale k and q, v, log-decays, beta) filled on
@@ -191,7 +192,7 @@ double time_shape(const Shape &s, int form, int reps)
 
 } /* namespace */
 
-/* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-5)
+/* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-7)
  * in the tensor-core form only (for a profiler). */
 int main(int argc, char **argv)
 {
@@ -199,9 +200,11 @@ int main(int argc, char **argv)
         {"qwen3-next (GDN)", false, 16, 32, 1, 4096, nullptr},
         {"qwen3-next (GDN)", false, 16, 32, 8, 1024, nullptr},
         {"qwen3-next (GDN)", false, 16, 32, 8, 2048, varlen_rows},
+        {"qwen3-next (GDN)", false, 16, 32, 4, 512, nullptr},
         {"kimi-linear (KDA)", true, 32, 32, 1, 4096, nullptr},
         {"kimi-linear (KDA)", true, 32, 32, 8, 1024, nullptr},
         {"kimi-linear (KDA)", true, 32, 32, 8, 2048, varlen_rows},
+        {"kimi-linear (KDA)", true, 32, 32, 4, 512, nullptr},
     };
     const int shape_count = (int)(sizeof shapes / sizeof shapes[0]);
     int only = argc > 1 ? std::atoi(argv[1]) : -1, reps = argc > 2 ? std::atoi(argv[2]) : 20;

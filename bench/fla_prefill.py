@@ -2,8 +2,9 @@
 """fla-core's chunked prefill kernels on the prefill benchmark's shapes, for bench/bench_chunk.cu to be read against.
 
 Times chunk_gated_delta_rule (Qwen3-Next: H 16, HV 32, K = V = 128) and chunk_kda (Kimi-Linear:
-H = HV = 32) on 1 x 4096 and 8 x 1024 tokens and bench_chunk.cu's variable-length batch (8 rows,
-8192 tokens, packed and split by cu_seqlens), one layer: bf16 q/k/v, fp32 log-decays and beta as
+H = HV = 32) on 1 x 4096, 8 x 1024 and 4 x 512 (the serving benchmark's prefill chunk) tokens and
+bench_chunk.cu's variable-length batch (8 rows, 8192 tokens, packed and split by cu_seqlens), one
+layer: bf16 q/k/v, fp32 log-decays and beta as
 the prologue leaves them (q and k normalized in the kernel), an fp32 initial state, the final state
 returned. When the GDN kernel refuses more value heads than key heads, q and k are repeated per
 value head (noted). Two timings per shape, median of --reps torch.cuda.Event intervals after
@@ -26,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fla_bench  # noqa: E402  (its load_fla installs the carried wheel)
 
 SHAPES = [("gdn", 16, 32, 1, 4096), ("gdn", 16, 32, 8, 1024), ("gdn", 16, 32, 8, "varlen"),
-          ("kda", 32, 32, 1, 4096), ("kda", 32, 32, 8, 1024), ("kda", 32, 32, 8, "varlen")]
+          ("gdn", 16, 32, 4, 512),
+          ("kda", 32, 32, 1, 4096), ("kda", 32, 32, 8, 1024), ("kda", 32, 32, 8, "varlen"),
+          ("kda", 32, 32, 4, 512)]
 # model, H, HV, B, T; "varlen": bench_chunk.cu's rows (8192 tokens), packed with cu_seqlens
 VARLEN_ROWS = [2048, 512, 1536, 256, 1024, 768, 1280, 768]
 
