@@ -195,6 +195,8 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         if (records)
             ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.decay))[e] = decay;
     }
+    /* beta of token t on the thread whose from_top is T * count + t (mod
+       the block), so the gates' threads are not counted twice */
     for (int32_t t = (from_top + (int32_t)blockDim.x - T * count % (int32_t)blockDim.x) %
                      (int32_t)blockDim.x;
          t < T; t += (int32_t)blockDim.x) {
