@@ -31,11 +31,12 @@
  * (GDN) the products are of the raw vectors and the pair's decay
  * multiplies each sum.
  *
- * With chunk_args.bf16_products every product but the inverse's is one
- * bf16 mma.m16n8k16 (mma_tf32.cuh's mma_bf16: operands rounded to bf16,
- * fp32 accumulation), as fla's kernels take theirs: within the contract's
- * 5e-3 of fp64 for this form, not the 1e-5 of the CPU's that 3xTF32 keeps.
- * The inverse (I + A)^-1 stays 3xTF32: errors there multiply every W and U.
+ * With chunk_args.bf16_products the products within a chunk (A, QK, T X,
+ * QK U, U^T Kd) are one bf16 mma.m16n8k16 each (mma_tf32.cuh's mma_bf16:
+ * operands rounded to bf16, fp32 accumulation), as fla's kernels take
+ * theirs: within the contract's 5e-3 of fp64 for this form, not the 1e-5 of
+ * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 and the products with
+ * the state (W S^T, (e^G q) S^T) stay 3xTF32.
  *
  * Shapes: K of 32, 64 or 128, V a multiple of 16 up to 128
  * (chunk_tc_supported); the other shapes keep chunk.cuh's kernel. */
@@ -550,32 +551,20 @@ __global__ void __launch_bounds__(8 * R, 1)
         tc::tile pu, po;
         tc::zero(pu);
         tc::zero(po);
-        if constexpr (BF) {
-#pragma unroll 2
-            for (int32_t d = 0; d < K; d += 16) {
-                tc::frag s0, s1, w0, w1, q0, q1;
-                tc::load_b_cols(s0, S + J * B * LK + d, LK);
-                tc::load_b_cols(s1, S + J * B * LK + d + 8, LK);
-                tc::load_a_rows(w0, W + I * B * LK + d, LK);
-                tc::load_a_rows(w1, W + I * B * LK + d + 8, LK);
-                tc::load_a_rows(q0, Qg + I * B * LK + d, LK);
-                tc::load_a_rows(q1, Qg + I * B * LK + d + 8, LK);
-                tc::mma_bf16(pu, w0, w1, s0, s1);
-                tc::mma_bf16(po, q0, q1, s0, s1);
-            }
-        } else {
+        /* The products with the state stay 3xTF32 in either form: an output
+           is mostly (e^G q) S^T, and a state rounded to bf16 there put
+           single-token KDA prompts past 5e-3 from fp64. */
 #pragma unroll 4
-            for (int32_t d = 0; d < K; d += 8) {
-                tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
-                tc::load_b_cols(s, S + J * B * LK + d, LK);
-                tc::load_a_rows(w, W + I * B * LK + d, LK);
-                tc::load_a_rows(q, Qg + I * B * LK + d, LK);
-                tc::split(s_hi, s_lo, s);
-                tc::split(w_hi, w_lo, w);
-                tc::split(q_hi, q_lo, q);
-                tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
-                tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
-            }
+        for (int32_t d = 0; d < K; d += 8) {
+            tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
+            tc::load_b_cols(s, S + J * B * LK + d, LK);
+            tc::load_a_rows(w, W + I * B * LK + d, LK);
+            tc::load_a_rows(q, Qg + I * B * LK + d, LK);
+            tc::split(s_hi, s_lo, s);
+            tc::split(w_hi, w_lo, w);
+            tc::split(q_hi, q_lo, q);
+            tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
+            tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
         }
         {
             tc::tile u;
