@@ -4,7 +4,8 @@
  * chunk) tokens and a variable-length batch of 8 rows (8192 tokens, 256 to
  * 2048 a row), one layer. Forms: chunk_tc.cuh's pair
  * on tensor cores with an fp32 state, each of its two kernels alone, the
- * pair with a bf16 state, and chunk.cuh's kernel on CUDA cores. Inputs are
+ * pair with a bf16 state, the pair (and each kernel) with bf16 products
+ * (chunk_args.bf16_products), and chunk.cuh's kernel on CUDA cores. Inputs are
  * prepared tokens (normalized-scale k and q, v, log-decays, beta) filled on
  * the device; the conv and gates of the prologue are not in the time.
  * Prints the median over the repetitions (CUDA events) and tokens/s per
@@ -39,9 +40,20 @@ __global__ void fill(float *x, int64_t n, uint32_t seed, float lo, float hi)
 }
 
 /* What is timed: both tensor-core kernels, one of them, or chunk.cuh's. */
-enum { FORM_BOTH, FORM_PREPARE, FORM_SCAN, FORM_BF16_STATE, FORM_CUDA_CORES, FORMS };
-const char *const form_names[] = {"tensor-core", "  prepare", "  scan", "tc bf16 state",
-                                  "cuda-core"};
+enum {
+    FORM_BOTH,
+    FORM_PREPARE,
+    FORM_SCAN,
+    FORM_BF16_STATE,
+    FORM_BF16_PRODUCTS,
+    FORM_BF16_PREPARE,
+    FORM_BF16_SCAN,
+    FORM_CUDA_CORES,
+    FORMS
+};
+const char *const form_names[] = {"tensor-core",    "  prepare",   "  scan",
+                                  "tc bf16 state",  "tc bf16 mma", "  prepare",
+                                  "  scan",         "cuda-core"};
 
 struct Shape {
     const char *model;
@@ -128,6 +140,12 @@ double time_shape(const Shape &s, int form, int reps)
         a.out = out;
         a.out_token = a.v_token;
         a.out_row = a.v_row;
+        a.bf16_products =
+            form == FORM_BF16_PRODUCTS || form == FORM_BF16_PREPARE || form == FORM_BF16_SCAN;
+        const int base = form == FORM_BF16_PRODUCTS  ? FORM_BOTH
+                         : form == FORM_BF16_PREPARE ? FORM_PREPARE
+                         : form == FORM_BF16_SCAN    ? FORM_SCAN
+                                                     : form;
         dim3 grid((V + SSM_CHUNK_ROWS - 1) / SSM_CHUNK_ROWS, s.HV, s.rows);
         size_t shared = ssm::chunk_shared_floats(K) * sizeof(float);
         cudaFuncSetAttribute(ssm::chunk_kernel<float, float>,
@@ -156,13 +174,13 @@ double time_shape(const Shape &s, int form, int reps)
         std::vector<double> times;
         for (int i = 0; i < reps + 2; i++) {
             cudaEventRecord(start);
-            if (form == FORM_PREPARE || (form == FORM_SCAN && i == 0))
+            if (base == FORM_PREPARE || (base == FORM_SCAN && i == 0))
                 ssm::launch_chunk_prepare<float, float>(a, s.rows, chunks, work, 0);
-            if (form == FORM_SCAN && i == 0)
+            if (base == FORM_SCAN && i == 0)
                 cudaEventRecord(start); /* the scan alone, over the records of the first call */
-            if (form == FORM_SCAN)
+            if (base == FORM_SCAN)
                 ssm::launch_chunk_scan<float, float>(a, s.rows, chunks, work, tile, 0);
-            else if (form == FORM_BOTH)
+            else if (base == FORM_BOTH)
                 ssm::launch_chunk_tc<float, float>(a, s.rows, chunks, work, tile, 0);
             else if (form == FORM_BF16_STATE) /* the state buffer read as bf16 */
                 ssm::launch_chunk_tc<ssm::bf16, float>(a, s.rows, chunks, work, tile, 0);

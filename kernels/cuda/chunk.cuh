@@ -56,6 +56,9 @@ struct chunk_args {
     /* The inputs of row r at in_row r, not its slot (chunk_tc.cuh only:
      * a prefill of several chunks a launch, whose scratch is by row). */
     bool rows_own_inputs;
+    /* chunk_tc.cuh only: its products on bf16 operands, one pass each,
+     * instead of 3xTF32 (the inverse of I + A keeps 3xTF32). */
+    bool bf16_products;
     const float *q, *k, *g, *beta;
     const void *v;
     int64_t q_row, q_token, k_row, k_token, v_row, v_token, g_row, g_token, beta_row, beta_token;

@@ -31,6 +31,13 @@
  * (GDN) the products are of the raw vectors and the pair's decay
  * multiplies each sum.
  *
+ * With chunk_args.bf16_products the products within a chunk (A, QK, T X,
+ * QK U, U^T Kd) are one bf16 mma.m16n8k16 each (mma_tf32.cuh's mma_bf16:
+ * operands rounded to bf16, fp32 accumulation), as fla's kernels take
+ * theirs: within the contract's 5e-3 of fp64 for this form, not the 1e-5 of
+ * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 and the products with
+ * the state (W S^T, (e^G q) S^T) stay 3xTF32.
+ *
  * Shapes: K of 32, 64 or 128, V a multiple of 16 up to 128
  * (chunk_tc_supported); the other shapes keep chunk.cuh's kernel. */
 #ifndef SSM_KERNELS_CUDA_CHUNK_TC_CUH
@@ -135,6 +142,7 @@ namespace tc {
  * [C][C] (by rows, stride ldt) and X [C][cols] (by rows, stride ldx = 8 mod
  * 32), cols a multiple of 16; tile (I, n) by warp p % warps, T's zero blocks
  * above the diagonal skipped. */
+template <bool BF>
 __device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float *X, int32_t ldx,
                                         int32_t cols, float *out, int32_t warp, int32_t warps)
 {
@@ -143,7 +151,7 @@ __device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float
         int32_t I = p / (cols / B), n = p % (cols / B);
         tile f;
         zero(f);
-        product<A_ROWS, B_ROWS>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
+        product<A_ROWS, B_ROWS, BF>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
         store(out + I * B * cols + n * B, cols, f);
     }
 }
@@ -166,7 +174,7 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <int K, int THREADS, class Act>
+template <int K, int THREADS, class Act, bool BF>
 __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
@@ -279,7 +287,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             while (m > I)
                 m -= ++I; /* tile (I, m) with m <= I */
             const bool is_A = p < 10;
-            tc::product<tc::A_ROWS, tc::B_COLS>(f, (is_A ? kc : qc) + I * B * LK, LK,
+            tc::product<tc::A_ROWS, tc::B_COLS, BF>(f, (is_A ? kc : qc) + I * B * LK, LK,
                                                 kc + m * B * LK, LK, K);
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
@@ -338,8 +346,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 int32_t m = p % tiles;
                 tc::tile f;
                 tc::zero(f);
-                tc::product<tc::A_ROWS, tc::B_COLS>(f, p < tiles ? lk : lq, LK, rk + m * B * LK,
-                                                    LK, K);
+                tc::product<tc::A_ROWS, tc::B_COLS, BF>(f, p < tiles ? lk : lq, LK,
+                                                        rk + m * B * LK, LK, K);
                 tc::store((p < tiles ? A : QK) + I * B * LC + m * B, LC, f);
             }
             for (int32_t p = warp; wide && p < B * B; p += WARPS) {
@@ -448,7 +456,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
         }
     __syncthreads();
-    tc::times_T(T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
+    tc::times_T<BF>(T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
     __syncthreads();
     /* W = T (beta e^G K), straight to the record. */
     for (int32_t t = t_first; t < C; t += step) {
@@ -456,7 +464,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
-    tc::times_T(T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
+    tc::times_T<BF>(T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
 }
 
 /* grid (ceil(V / R), HV, rows), 8 R threads (a warp to each 16 x 16 tile
@@ -464,7 +472,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
  * shared memory; after chunk_prepare_kernel on the same arguments and work
  * buffer. R is 32 or 64 (launch_chunk_scan); every sum runs in the same
  * order at either, so both give the same bits. */
-template <int K, int R, class State, class Act>
+template <int K, int R, class State, class Act, bool BF>
 __global__ void __launch_bounds__(8 * R, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
@@ -543,6 +551,9 @@ __global__ void __launch_bounds__(8 * R, 1)
         tc::tile pu, po;
         tc::zero(pu);
         tc::zero(po);
+        /* The products with the state stay 3xTF32 in either form: an output
+           is mostly (e^G q) S^T, and a state rounded to bf16 there put
+           single-token KDA prompts past 5e-3 from fp64. */
 #pragma unroll 4
         for (int32_t d = 0; d < K; d += 8) {
             tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
@@ -569,7 +580,8 @@ __global__ void __launch_bounds__(8 * R, 1)
         __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
         /* o += QK U, this warp's tile out through its own place in O */
-        tc::product<tc::A_ROWS, tc::B_ROWS>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
+        tc::product<tc::A_ROWS, tc::B_ROWS, BF>(po, QK + I * B * LC, LC, U + J * B, LR,
+                                                (I + 1) * B);
         tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
         if (out) {
@@ -599,17 +611,32 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] *= d;
                     s1.x[h][i] *= d;
                 }
+            if constexpr (BF) {
+#pragma unroll 2
+                for (int32_t d = 0; d < C; d += 16) {
+                    tc::frag k0, k1, u00, u01, u10, u11;
+                    tc::load_b_rows(k0, Kd + d * LKr + n16 * B, LKr);
+                    tc::load_b_rows(k1, Kd + (d + 8) * LKr + n16 * B, LKr);
+                    tc::load_a_cols(u00, U + d * LR + pair * 2 * B, LR);
+                    tc::load_a_cols(u01, U + (d + 8) * LR + pair * 2 * B, LR);
+                    tc::load_a_cols(u10, U + d * LR + pair * 2 * B + B, LR);
+                    tc::load_a_cols(u11, U + (d + 8) * LR + pair * 2 * B + B, LR);
+                    tc::mma_bf16(s0, u00, u01, k0, k1);
+                    tc::mma_bf16(s1, u10, u11, k0, k1);
+                }
+            } else {
 #pragma unroll 4
-            for (int32_t d = 0; d < C; d += 8) {
-                tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
-                tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
-                tc::load_a_cols(u0, U + d * LR + pair * 2 * B, LR);
-                tc::load_a_cols(u1, U + d * LR + pair * 2 * B + B, LR);
-                tc::split(k_hi, k_lo, k);
-                tc::split(u0_hi, u0_lo, u0);
-                tc::split(u1_hi, u1_lo, u1);
-                tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
-                tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
+                for (int32_t d = 0; d < C; d += 8) {
+                    tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
+                    tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
+                    tc::load_a_cols(u0, U + d * LR + pair * 2 * B, LR);
+                    tc::load_a_cols(u1, U + d * LR + pair * 2 * B + B, LR);
+                    tc::split(k_hi, k_lo, k);
+                    tc::split(u0_hi, u0_lo, u0);
+                    tc::split(u1_hi, u1_lo, u1);
+                    tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
+                    tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
+                }
             }
 #pragma unroll
             for (int h = 0; h < 2; h++)
@@ -642,6 +669,15 @@ template <class F> inline void with_key_dim(int32_t K, F f)
         f(std::integral_constant<int, 128>());
 }
 
+/* Calls f with a.bf16_products as a template argument. */
+template <class F> inline void with_products(const chunk_args &a, F f)
+{
+    if (a.bf16_products)
+        f(std::true_type());
+    else
+        f(std::false_type());
+}
+
 /* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
  * (chunk_tc_work_floats): GDN's in blocks of 8 warps, two an SM; KDA's,
  * whose shared memory allows one block an SM, in blocks of 16 warps. */
@@ -653,15 +689,20 @@ inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chun
     dim3 grid((unsigned)chunks, (unsigned)a.HV, (unsigned)rows);
     with_key_dim(a.K, [&](auto k) {
         constexpr int K = decltype(k)::value;
-        if (a.gk == 1) {
-            auto kernel = chunk_prepare_kernel<K, SSM_TC_THREADS, Act>;
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-            kernel<<<grid, SSM_TC_THREADS, shared, st>>>(a, work, chunks);
-        } else {
-            auto kernel = chunk_prepare_kernel<K, 2 * SSM_TC_THREADS, Act>;
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-            kernel<<<grid, 2 * SSM_TC_THREADS, shared, st>>>(a, work, chunks);
-        }
+        with_products(a, [&](auto bf) {
+            constexpr bool BF = decltype(bf)::value;
+            if (a.gk == 1) {
+                auto kernel = chunk_prepare_kernel<K, SSM_TC_THREADS, Act, BF>;
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shared);
+                kernel<<<grid, SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+            } else {
+                auto kernel = chunk_prepare_kernel<K, 2 * SSM_TC_THREADS, Act, BF>;
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shared);
+                kernel<<<grid, 2 * SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+            }
+        });
     });
 }
 
@@ -688,11 +729,14 @@ inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
         auto go = [&](auto r) {
             constexpr int R = decltype(r)::value;
             size_t shared = chunk_scan_shared_floats(a.K, R) * sizeof(float);
-            auto kernel = chunk_scan_kernel<decltype(k)::value, R, State, Act>;
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)shared);
-            kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows), 8 * R,
-                     shared, st>>>(a, work, chunks);
+            with_products(a, [&](auto bf) {
+                auto kernel =
+                    chunk_scan_kernel<decltype(k)::value, R, State, Act, decltype(bf)::value>;
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)shared);
+                kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows),
+                         8 * R, shared, st>>>(a, work, chunks);
+            });
         };
         if (tile_rows == 64)
             go(std::integral_constant<int, 64>());

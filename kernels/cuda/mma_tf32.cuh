@@ -1,7 +1,8 @@
 /* TF32 tensor-core products on shared-memory operands, for chunk_tc.cuh:
  * PTX's mma.m16n8k8 (fp32 accumulation) on fragments loaded with ldmatrix
  * or plain shared loads, and the 3xTF32 split that keeps the products
- * close to fp32.
+ * close to fp32; or, from the same fp32 fragments, one bf16 product
+ * (mma.m16n8k16) per two k-steps, the operands rounded to bf16.
  *
  * A warp computes 16 x 16 output tiles (two m16n8 halves). Operands come in
  * four layouts, each with the row stride that keeps its loads free of bank
@@ -141,6 +142,39 @@ __device__ __forceinline__ void mma3(tile &c, const frag &a, const frag &a_lo, c
     }
 }
 
+/* Two fp32 values (raw bits) as a bf16 pair, each rounded to nearest
+ * even: `lo` in the low half, the element of the lower k. */
+__device__ __forceinline__ uint32_t pack_bf16(uint32_t lo, uint32_t hi)
+{
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n"
+        : "=r"(d)
+        : "f"(__uint_as_float(hi)), "f"(__uint_as_float(lo)));
+    return d;
+}
+
+/* c += a b over two k-steps, a0 and b0 the fragments of k-step d, a1 and
+ * b1 those of d + 8, as one bf16 product m16n8k16 (operands rounded to
+ * bf16, fp32 accumulation). A thread holds k = t, t + 4, 8 + t and 12 + t
+ * of both operands (the TF32 fragments' mapping); packed in that order
+ * they are what mma's bf16 layout calls k = 2t, 2t + 1, 2t + 8 and
+ * 2t + 9, for A and B alike, so the product sums the same 16 terms. */
+__device__ __forceinline__ void mma_bf16(tile &c, const frag &a0, const frag &a1, const frag &b0,
+                                         const frag &b1)
+{
+    const uint32_t a[4] = {pack_bf16(a0.x[0], a0.x[2]), pack_bf16(a0.x[1], a0.x[3]),
+                           pack_bf16(a1.x[0], a1.x[2]), pack_bf16(a1.x[1], a1.x[3])};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t b0h = pack_bf16(b0.x[2 * h], b0.x[2 * h + 1]);
+        const uint32_t b1h = pack_bf16(b1.x[2 * h], b1.x[2 * h + 1]);
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(c.x[h][0]), "+f"(c.x[h][1]), "+f"(c.x[h][2]), "+f"(c.x[h][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0h), "r"(b1h));
+    }
+}
+
 /* The layouts of the two operands of a product (see the top of the file). */
 enum layout { A_ROWS, A_COLS, B_ROWS, B_COLS };
 
@@ -163,19 +197,32 @@ template <layout L> __device__ __forceinline__ const float *step(const float *p,
     return (L == A_ROWS || L == B_COLS) ? p + d : p + d * ld;
 }
 
-/* c += A[16 x depth] B[depth x 16] in 3xTF32, depth a multiple of 8. */
-template <layout LA, layout LB>
+/* c += A[16 x depth] B[depth x 16] in 3xTF32, depth a multiple of 8; or
+ * with BF16 in bf16 products, depth a multiple of 16. */
+template <layout LA, layout LB, bool BF16 = false>
 __device__ __forceinline__ void product(tile &c, const float *a, int32_t lda, const float *b,
                                         int32_t ldb, int32_t depth)
 {
+    if constexpr (BF16) {
+#pragma unroll 2
+        for (int32_t d = 0; d < depth; d += 16) {
+            frag x0, x1, y0, y1;
+            load<LA>(x0, step<LA>(a, lda, d), lda);
+            load<LA>(x1, step<LA>(a, lda, d + 8), lda);
+            load<LB>(y0, step<LB>(b, ldb, d), ldb);
+            load<LB>(y1, step<LB>(b, ldb, d + 8), ldb);
+            mma_bf16(c, x0, x1, y0, y1);
+        }
+    } else {
 #pragma unroll 4
-    for (int32_t d = 0; d < depth; d += 8) {
-        frag x, y, x_hi, x_lo, y_hi, y_lo;
-        load<LA>(x, step<LA>(a, lda, d), lda);
-        load<LB>(y, step<LB>(b, ldb, d), ldb);
-        split(x_hi, x_lo, x);
-        split(y_hi, y_lo, y);
-        mma3(c, x_hi, x_lo, y_hi, y_lo);
+        for (int32_t d = 0; d < depth; d += 8) {
+            frag x, y, x_hi, x_lo, y_hi, y_lo;
+            load<LA>(x, step<LA>(a, lda, d), lda);
+            load<LB>(y, step<LB>(b, ldb, d), ldb);
+            split(x_hi, x_lo, x);
+            split(y_hi, y_lo, y);
+            mma3(c, x_hi, x_lo, y_hi, y_lo);
+        }
     }
 }
 

@@ -60,6 +60,7 @@ struct gpu_common {
     int8_t tuned[SSM_TUNE_FAMILIES][SSM_TUNE_BUCKETS];
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
+    bool prefill_bf16_products; /* ... with bf16 products (chunk_args.bf16_products) */
 };
 
 /* Bytes per slot of the tensor-core prefill's work records (one chunk of
@@ -148,6 +149,12 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
     g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
+    /* SSMSTATE_CUDA_PREFILL_PRODUCTS=bf16: the tensor-core prefill's
+     * products on bf16 operands, one pass each, instead of 3xTF32 (5e-3 from
+     * fp64 instead of 1e-5 from the CPU). A measuring knob until timed: it
+     * changes the state a prefill leaves, the same way in every mode. */
+    const char *products = getenv("SSMSTATE_CUDA_PREFILL_PRODUCTS");
+    g.prefill_bf16_products = products && strcmp(products, "bf16") == 0;
     /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
      * exponentials through the hardware's approximations (prep.cuh's dev_*
      * helpers; other bits than the CPU's, the same in every mode). Off by
@@ -596,6 +603,7 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.capacity = g.capacity;
         a.flags = g.flags;
         a.rows_own_inputs = by_row;
+        a.bf16_products = g.prefill_bf16_products;
         a.q = g.prefill_q;
         a.q_token = (int64_t)d.H * d.K;
         a.q_row = tokens * a.q_token;
