@@ -55,6 +55,15 @@ wanted bench && time_for 25 && bench one_launch "examples/qwen3-next.ini example
     SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted bench && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
 wanted bench && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+# Candidates under measurement: SSM_DEVICE_BENCH_VARIANTS and
+# SSM_DEVICE_MODES_VARIANTS hold space-separated NAME:VAR=VALUE,VAR=VALUE.
+for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do
+    time_for 25 && bench "${spec%%:*}" "examples/qwen3-next.ini examples/kimi-linear.ini" \
+        $(echo "${spec#*:}" | tr , ' ')
+done
+for spec in ${SSM_DEVICE_MODES_VARIANTS:-}; do
+    time_for 150 && modes "${spec%%:*}" $(echo "${spec#*:}" | tr , ' ')
+done
 if wanted chunk && time_for 60; then
     timeout 150 "$S/bin/check_chunk_cuda" >"$O/chunk_cuda.log" 2>&1
     echo "check_chunk_cuda: exit $? ok $(grep -c '^ok' "$O/chunk_cuda.log")" \
@@ -100,7 +109,7 @@ if wanted fla && time_for 60; then
 fi
 [ -f "$O/bench_chunk.txt" ] && cat "$O/bench_chunk.txt"
 [ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
-for v in default one_launch stages2 fold_job; do
+for v in default one_launch stages2 fold_job $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |

@@ -27,7 +27,8 @@
  * tile_blocks_per_head blocks), so only the last of them to arrive writes
  * them: each block counts itself in arrivals[slot][layer][key head] after
  * its reads, and the one that brings the count to the total writes the
- * window from its registers and sets the count back to zero. The counters
+ * window from its registers once its tiles are done (their work hides the
+ * count's round trip) and sets the count back to zero. The counters
  * are zero between steps, so a step captured in a graph replays with them.
  * Two rows naming one slot would break the count (as they break every
  * step, docs/architecture.md); a reset of the slot clears it. */
@@ -211,53 +212,61 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_NONFINITE_INPUT);
 }
 
-/* A decode's last block of a key head writes that head's q and k window
- * (see the top of this file). Only the warps holding q and k channels (the
- * first K / 2 threads) wait for the count, on a named barrier; the others
- * go on to their tiles at once. */
+/* A decode's q and k window as the block's q/k threads hold it (the
+ * window advanced, step_conv) and the block's place in the arrival count. */
+struct step_window_regs {
+    float window[4][4];
+    int32_t channel;
+    bool holds_qk;
+    int32_t arrived; /* thread 0: the count its block's arrival brought */
+};
+
+/* A decode block counts itself among those that read its key head's q and
+ * k window (see the top of this file). Thread 0 asks; the answer is used
+ * only at the end of the block (step_window_write), so the tiles' work
+ * hides the atomic's round trip. */
+__device__ __forceinline__ void step_window_arrive(const tile_args &a, const step_inputs &in,
+                                                   const step_place &p, step_window_regs &w)
+{
+    if (threadIdx.x != 0)
+        return;
+    __threadfence(); /* the block's reads of the window are done (the barrier before) */
+    w.arrived = atomicAdd(in.arrivals + p.j.cell * a.d.H + p.key_head, 1) + 1;
+}
+
+/* The last block of a key head to arrive writes that head's q and k
+ * window, after its tiles. Only the warps holding q and k channels (the
+ * first K / 2 threads) meet, on a named barrier. */
 template <class Act>
-__device__ __forceinline__ void step_window(const tile_args &a, const step_inputs &in,
-                                            const step_place &p, bool holds_qk,
-                                            const float (&window)[4][4], int32_t channel)
+__device__ __forceinline__ void step_window_write(const tile_args &a, const step_inputs &in,
+                                                  const step_place &p, const step_window_regs &w)
 {
     __shared__ int32_t last_arrival;
     const int32_t qk_threads = (a.d.K / 2 + 31) / 32 * 32;
     if ((int32_t)threadIdx.x >= qk_threads)
         return;
     if (threadIdx.x == 0) {
-        int32_t *count = in.arrivals + p.j.cell * a.d.H + p.key_head;
-        __threadfence(); /* the block's reads of the window are done (the barrier before) */
-        int32_t arrived = atomicAdd(count, 1) + 1;
-        last_arrival = arrived == a.d.group * p.per_head;
+        last_arrival = w.arrived == a.d.group * p.per_head;
         if (last_arrival)
-            atomicExch(count, 0);
+            atomicExch(in.arrivals + p.j.cell * a.d.H + p.key_head, 0);
     }
     asm volatile("bar.sync 1, %0;" ::"r"(qk_threads) : "memory");
-    if (!last_arrival || !holds_qk)
+    if (!last_arrival || !w.holds_qk)
         return;
     __threadfence();
-    Act *buffer = (Act *)in.conv + (p.j.cell * in.conv_rows) * a.d.D + channel;
+    Act *buffer = (Act *)in.conv + (p.j.cell * in.conv_rows) * a.d.D + w.channel;
 #pragma unroll
     for (int i = 0; i < 4; i++)
         if (i < a.d.W - 1)
-            store4(buffer + (int64_t)i * a.d.D, window[i]);
+            store4(buffer + (int64_t)i * a.d.D, w.window[i]);
 }
 
-/* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
- * threads, step_shared_bytes(T, a.passes * tile_rows(RPL) capped at V)
- * of dynamic shared memory. a.tokens tokens a row, no history; the conv
- * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
- * native verify: STORE_EACH; compact verify: STORE_NONE with records. */
-template <int E, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
-                                                                       step_inputs in)
+/* Where the block is (p). False: its row is padding or flagged, nothing to do. */
+__device__ __forceinline__ bool step_place_block(const tile_args &a, step_place &p)
 {
-    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
+    constexpr int RPL = SSM_TILE_RPL;
     const dims &d = a.d;
-    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
-    extern __shared__ __align__(16) uint8_t step_shared[];
     const int32_t tiles = tiles_per_head(d.V, RPL);
-    step_place p;
     p.per_head = tile_blocks_per_head(d.V, a.passes);
     p.first = ((int32_t)blockIdx.x % p.per_head) * a.passes;
     p.last = p.first + a.passes < tiles ? p.first + a.passes : tiles;
@@ -269,61 +278,144 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     j.n_tokens = a.tokens;
     bool reporter = p.first == 0 && j.h == 0 && threadIdx.x == 0;
     if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
-        return;
+        return false;
     j.cell = (int64_t)j.slot * a.layers + j.layer;
-    State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
-    tile_stage_async(stage[0], d, source, p.first);
-    copy_async_commit();
-
     p.key_head = j.h / d.group;
     p.writes_qk = p.first == 0 && j.h % d.group == 0;
     p.row_first = p.first * tile_rows(RPL);
     p.row_end = p.last * tile_rows(RPL) < d.V ? p.last * tile_rows(RPL) : d.V;
-    const int32_t rows = p.row_end - p.row_first;
-    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
-    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
-    float window[4][4];
-    int32_t channel = 0;
-    bool holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, window, channel);
+    return true;
+}
+
+/* What a block does before its tiles: the T tokens and its value rows of
+ * v into shared memory (tok, v), the inputs staged (verify) or the window
+ * advanced (decode: v's rows now, q and k's in w for step_window_write). */
+template <int E, bool KDA, class Act>
+__device__ __forceinline__ void step_prologue(const tile_args &a, const step_inputs &in,
+                                              const step_place &p, step_token<8 * E, KDA> *tok,
+                                              float *v, step_window_regs &w)
+{
+    constexpr int K = 8 * E;
+    w.channel = 0;
+    w.holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, w.window, w.channel);
     step_gates<K, KDA, Act>(a, in, p, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
-        step_window<Act>(a, in, p, holds_qk, window, channel);
+        step_window_arrive(a, in, p, w);
+}
 
+/* The step's tokens through one tile whose state is in registers, and its
+ * stores: outputs, snapshots (STORE_EACH), the final state (STORE_FINAL). */
+template <int E, bool KDA, class State, class Act>
+__device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_place &p,
+                                                 const step_token<8 * E, KDA> *tok,
+                                                 const float *v,
+                                                 head_tile<E, SSM_TILE_RPL, State> &t,
+                                                 State *source)
+{
+    constexpr int RPL = SSM_TILE_RPL;
+    const dims &d = a.d;
+    const tile_job &j = p.j;
+    const int32_t rows = p.row_end - p.row_first;
+    for (int32_t i = 0; i < a.tokens; i++) {
+        token_regs<E, RPL, KDA> tk;
+        load_lane<E>(tok[i].k, t.sub, tk.k);
+        if constexpr (KDA)
+            load_lane<E>(tok[i].decay, t.sub, tk.decay);
+        else
+            tk.decay[0] = tok[i].decay[0];
+        tk.beta = tok[i].beta;
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+            int32_t row = tile_row(t, r);
+            tk.v[r] = row < d.V ? v[(int64_t)i * rows + row - p.row_first] : 0.0f;
+        }
+        float o[RPL];
+        tile_token<E, RPL, KDA, State>(t, tk, a.out ? tok[i].q : (const float *)0, o, a.layout);
+        if (a.out)
+            store_outputs((Act *)a.out + (((int64_t)j.r * a.tokens + i) * d.HV + j.h) * d.V, d,
+                          t, o);
+        if (a.store == STORE_EACH)
+            tile_store(t, d, state_head<State>(a, j.slot, j.layer, i, j.h));
+    }
+    if (a.store == STORE_FINAL)
+        tile_store(t, d, source);
+}
+
+/* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
+ * threads, step_shared_bytes(T, a.passes * tile_rows(RPL) capped at V)
+ * of dynamic shared memory. a.tokens tokens a row, no history; the conv
+ * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
+ * native verify: STORE_EACH; compact verify: STORE_NONE with records.
+ * The first tile's state is staged (cp.async) during the prologue, each
+ * next one while the block updates the one before. */
+template <int E, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
+                                                                       step_inputs in)
+{
+    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
+    __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
+    extern __shared__ __align__(16) uint8_t step_shared[];
+    step_place p;
+    if (!step_place_block(a, p))
+        return;
+    State *source =
+        state_head<State>(a, p.j.slot, p.j.layer, a.current ? a.current[p.j.slot] : 0, p.j.h);
+    tile_stage_async(stage[0], a.d, source, p.first);
+    copy_async_commit();
+    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
+    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
+    step_window_regs w;
+    step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
     for (int32_t tile = p.first; tile < p.last; tile++) {
         int32_t k = tile - p.first;
         if (tile + 1 < p.last)
-            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], d, source, tile + 1);
+            tile_stage_async(stage[(k + 1) % SSM_TILE_STAGES], a.d, source, tile + 1);
         copy_async_commit(); /* possibly empty: keeps one group per tile */
         copy_async_wait<SSM_TILE_STAGES - 1>();
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
         tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
-        for (int32_t i = 0; i < a.tokens; i++) {
-            token_regs<E, RPL, KDA> tk;
-            load_lane<E>(tok[i].k, t.sub, tk.k);
-            if constexpr (KDA)
-                load_lane<E>(tok[i].decay, t.sub, tk.decay);
-            else
-                tk.decay[0] = tok[i].decay[0];
-            tk.beta = tok[i].beta;
-#pragma unroll
-            for (int r = 0; r < RPL; r++) {
-                int32_t row = tile_row(t, r);
-                tk.v[r] = row < d.V ? v[(int64_t)i * rows + row - p.row_first] : 0.0f;
-            }
-            float o[RPL];
-            tile_token<E, RPL, KDA, State>(t, tk, a.out ? tok[i].q : (const float *)0, o,
-                                           a.layout);
-            if (a.out)
-                store_outputs((Act *)a.out + (((int64_t)j.r * a.tokens + i) * d.HV + j.h) * d.V,
-                              d, t, o);
-            if (a.store == STORE_EACH)
-                tile_store(t, d, state_head<State>(a, j.slot, j.layer, i, j.h));
-        }
-        if (a.store == STORE_FINAL)
-            tile_store(t, d, source);
+        step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
+    if (!in.stage)
+        step_window_write<Act>(a, in, p, w);
+}
+
+/* The same step with the block's whole state (up to TILES tiles, a.passes
+ * <= TILES) loaded from memory straight into registers as the block
+ * starts, before the prologue: all of it is in flight while the block
+ * computes its tokens, and no shared memory or wait stands between the
+ * loads and the update. Two blocks an SM at TILES 4 (128 state registers a
+ * thread), three at 1. The same bits as step_kernel. */
+template <int E, int TILES, bool KDA, class State, class Act>
+__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, TILES > 2 ? 2 : 3)
+    step_direct_kernel(tile_args a, step_inputs in)
+{
+    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
+    extern __shared__ __align__(16) uint8_t step_shared[];
+    step_place p;
+    if (!step_place_block(a, p))
+        return;
+    State *source =
+        state_head<State>(a, p.j.slot, p.j.layer, a.current ? a.current[p.j.slot] : 0, p.j.h);
+    head_tile<E, RPL, State> t[TILES];
+#pragma unroll
+    for (int i = 0; i < TILES; i++) {
+        tile_place(t[i], p.first + i);
+        if (p.first + i < p.last)
+            tile_load(t[i], a.d, source);
+    }
+    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
+    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
+    step_window_regs w;
+    step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
+#pragma unroll
+    for (int i = 0; i < TILES; i++)
+        if (p.first + i < p.last)
+            step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t[i], source);
+    if (!in.stage)
+        step_window_write<Act>(a, in, p, w);
 }
 
 } /* namespace ssm */
