@@ -340,7 +340,7 @@ struct tile_args {
     int32_t piece;
     const int32_t *accepted;
     int32_t passes; /* tiles of a head each block runs (>= 1), launch_tile sets it */
-    int32_t decode_stages; /* tiles a one-token block stages at once: SSM_TILE_STAGES or 3; 0 none, into registers */
+    int32_t decode_stages; /* tiles a one-token block stages at once: SSM_TILE_STAGES or 3 */
     /* Host only: the launch directly follows this step's prologue in the
      * stream, so it may overlap it (griddep_wait in the kernel). Before the
      * wait the kernel reads only slots, token_offsets, accepted, `current`
@@ -592,29 +592,6 @@ __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &
     }
 }
 
-/* Tiles [first, last) of job j's head (at most TILES), a one-token job
- * without history: all of them loaded straight into registers as the block
- * starts, before it waits for the prologue, so the whole state is in flight
- * while the prologue finishes; no shared memory between the loads and the
- * update. */
-template <int E, int RPL, bool KDA, class State, class Act, int TILES>
-__device__ __forceinline__ void tile_direct(const tile_args &a, const tile_job &j, State *source,
-                                            int32_t first, int32_t last)
-{
-    head_tile<E, RPL, State> t[TILES];
-#pragma unroll
-    for (int i = 0; i < TILES; i++) {
-        tile_place(t[i], first + i);
-        if (first + i < last)
-            tile_load(t[i], a.d, source);
-    }
-    griddep_wait(); /* tokens and q come from the prologue */
-#pragma unroll
-    for (int i = 0; i < TILES; i++)
-        if (first + i < last)
-            tile_run<E, RPL, KDA, State, Act, false, false>(t[i], a, j, source);
-}
-
 /* grid (tile_blocks_per_head(V, a.passes) * jobs, HV) with jobs = rows, or
  * rows * layers when a.layer < 0 (x carries both, so no 65535 limit on
  * jobs); 32 * SSM_TILE_WARPS threads; at least MIN_BLOCKS blocks per SM
@@ -627,8 +604,7 @@ template <int E, int MIN_BLOCKS, bool KDA, class State, class Act, int STAGES = 
 __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(tile_args a)
 {
     constexpr int RPL = SSM_TILE_RPL;
-    /* STAGES 0: the one-token job's tiles straight into registers (tile_direct) */
-    constexpr bool PIPELINE = MIN_BLOCKS == 4 || STAGES == 0;
+    constexpr bool PIPELINE = MIN_BLOCKS == 4;
     if ((int32_t)blockIdx.x < a.window_x) {
         window_block<Act>(a);
         return;
@@ -672,9 +648,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
                           (int64_t)j.layer * a.ring_layer_stride
                     : NULL;
     State *source = state_head<State>(a, j.slot, j.layer, a.current ? a.current[j.slot] : 0, j.h);
-    if constexpr (STAGES == 0)
-        tile_direct<E, RPL, KDA, State, Act, 4>(a, j, source, first, last);
-    else if constexpr (PIPELINE)
+    if constexpr (PIPELINE)
         tile_stream<E, RPL, KDA, State, Act, STAGES>(a, j, source, first, last);
     else {
         /* one tile: tile_passes() gives jobs with history or several tokens one */
