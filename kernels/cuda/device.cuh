@@ -116,19 +116,6 @@ __device__ __forceinline__ void griddep_wait()
 #endif
 }
 
-/* Named barriers, for warps of a block that meet without the others:
- * sync waits until `threads` threads (whole warps) arrived at barrier id,
- * arrive counts this warp in and goes on. Barrier 0 is __syncthreads'. */
-__device__ __forceinline__ void named_barrier_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 /* Sum over the 32 lanes of a warp; every lane gets the same bits. */
 __device__ __forceinline__ float warp_sum(float v)
 {

@@ -85,8 +85,7 @@ struct step_place {
 template <int K, bool KDA, class Act>
 __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs &in,
                                           const step_place &p, step_token<K, KDA> *tok, float *v,
-                                          float (&window)[4][4], int32_t &channel,
-                                          int32_t tid, int32_t threads)
+                                          float (&window)[4][4], int32_t &channel)
 {
     const dims &d = a.d;
     const tile_job &j = p.j;
@@ -98,9 +97,10 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
                                         (int64_t)j.layer * in.layer_stride
                                   : (uint8_t *)0;
     bool finite = true, holds_qk = false;
-    /* Iteration 0 holds every q/k group (K / 2 <= 64 <= threads), so its
+    /* Iteration 0 holds every q/k group (K / 2 <= 64 < blockDim.x), so its
        shuffles have the whole warp; later ones only value rows. */
-    for (int32_t g = tid, pass0 = 1; pass0 || g < groups; g += threads, pass0 = 0) {
+    for (int32_t g = (int32_t)threadIdx.x, pass0 = 1; pass0 || g < groups;
+         g += (int32_t)blockDim.x, pass0 = 0) {
         const bool live = g < groups, is_qk = g < qk_groups, is_q = g < K / 4;
         const int32_t at = is_q ? 4 * g : is_qk ? 4 * (g - K / 4) : 4 * (g - qk_groups);
         const int32_t c = is_q    ? p.key_head * K + at
@@ -176,8 +176,7 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
  * beside the conv rather than after it on the same thread. */
 template <int K, bool KDA, class Act>
 __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs &in,
-                                           const step_place &p, step_token<K, KDA> *tok,
-                                           int32_t tid, int32_t threads)
+                                           const step_place &p, step_token<K, KDA> *tok)
 {
     const dims &d = a.d;
     const tile_job &j = p.j;
@@ -187,8 +186,8 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
                                  (int64_t)j.layer * in.layer_stride
                            : (uint8_t *)0;
     bool finite = true;
-    const int32_t from_top = threads - 1 - tid;
-    for (int32_t i = from_top; i < T * count; i += threads) {
+    const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
+    for (int32_t i = from_top; i < T * count; i += (int32_t)blockDim.x) {
         int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
         float raw = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
         finite = finite && isfinite(raw);
@@ -199,7 +198,9 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
     }
     /* beta of token t on the thread whose from_top is T * count + t (mod
        the block), so the gates' threads are not counted twice */
-    for (int32_t t = (from_top + threads - T * count % threads) % threads; t < T; t += threads) {
+    for (int32_t t = (from_top + (int32_t)blockDim.x - T * count % (int32_t)blockDim.x) %
+                     (int32_t)blockDim.x;
+         t < T; t += (int32_t)blockDim.x) {
         float raw = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
         finite = finite && isfinite(raw);
         tok[t].beta = dev_sigmoid(d, raw);
@@ -225,10 +226,9 @@ struct step_window_regs {
  * only at the end of the block (step_window_write), so the tiles' work
  * hides the atomic's round trip. */
 __device__ __forceinline__ void step_window_arrive(const tile_args &a, const step_inputs &in,
-                                                   const step_place &p, step_window_regs &w,
-                                                   int32_t tid)
+                                                   const step_place &p, step_window_regs &w)
 {
-    if (tid != 0)
+    if (threadIdx.x != 0)
         return;
     __threadfence(); /* the block's reads of the window are done (the barrier before) */
     w.arrived = atomicAdd(in.arrivals + p.j.cell * a.d.H + p.key_head, 1) + 1;
@@ -236,24 +236,21 @@ __device__ __forceinline__ void step_window_arrive(const tile_args &a, const ste
 
 /* The last block of a key head to arrive writes that head's q and k
  * window, after its tiles. Only the warps holding q and k channels (the
- * first K / 2 of the prologue's threads) meet, on named barrier
- * SSM_STEP_WINDOW_BARRIER. */
-#define SSM_STEP_WINDOW_BARRIER 1
+ * first K / 2 threads) meet, on a named barrier. */
 template <class Act>
 __device__ __forceinline__ void step_window_write(const tile_args &a, const step_inputs &in,
-                                                  const step_place &p, const step_window_regs &w,
-                                                  int32_t tid)
+                                                  const step_place &p, const step_window_regs &w)
 {
     __shared__ int32_t last_arrival;
     const int32_t qk_threads = (a.d.K / 2 + 31) / 32 * 32;
-    if (tid >= qk_threads)
+    if ((int32_t)threadIdx.x >= qk_threads)
         return;
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
         last_arrival = w.arrived == a.d.group * p.per_head;
         if (last_arrival)
             atomicExch(in.arrivals + p.j.cell * a.d.H + p.key_head, 0);
     }
-    named_barrier_sync(SSM_STEP_WINDOW_BARRIER, qk_threads);
+    asm volatile("bar.sync 1, %0;" ::"r"(qk_threads) : "memory");
     if (!last_arrival || !w.holds_qk)
         return;
     __threadfence();
@@ -300,12 +297,11 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
 {
     constexpr int K = 8 * E;
     w.channel = 0;
-    const int32_t tid = (int32_t)threadIdx.x, threads = (int32_t)blockDim.x;
-    w.holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, w.window, w.channel, tid, threads);
-    step_gates<K, KDA, Act>(a, in, p, tok, tid, threads);
+    w.holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, w.window, w.channel);
+    step_gates<K, KDA, Act>(a, in, p, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
-        step_window_arrive(a, in, p, w, tid);
+        step_window_arrive(a, in, p, w);
 }
 
 /* The step's tokens through one tile whose state is in registers, and its
@@ -383,180 +379,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
     if (!in.stage)
-        step_window_write<Act>(a, in, p, w, (int32_t)threadIdx.x);
-}
-
-/* ------------------------------------------------- the persistent form
- *
- * step_persistent_kernel runs a step whose blocks would run whole heads
- * with two kinds of warps and a fixed grid: SSM_STEP_PREP_WARPS warps
- * prepare a head's tokens (step_conv, step_gates: the prologue above) into
- * one of two token buffers while SSM_TILE_WARPS warps update the previous
- * head from the other, with its state streaming through a ring of
- * SSM_STEP_RING staged tiles that runs on across heads. So the prologue's
- * latency hides behind the state's movement instead of adding to each
- * block's, and no block starts or ends between heads. Block b takes the
- * jobs (row, value head) b, b + grid, ...; the two kinds meet only on
- * named barriers: FULL + i (buffer i is ready, the updaters wait) and
- * EMPTY + i (the updaters are done with it, the preparers wait). Every
- * token and update is the function step_kernel calls, so the same bits. */
-#define SSM_STEP_PREP_WARPS 4
-#define SSM_STEP_PERSISTENT_THREADS (32 * (SSM_TILE_WARPS + SSM_STEP_PREP_WARPS))
-#define SSM_STEP_RING 3
-#define SSM_STEP_PREP_BARRIER 2  /* the preparers among themselves */
-#define SSM_STEP_FULL_BARRIER 3  /* + buffer */
-#define SSM_STEP_EMPTY_BARRIER 5 /* + buffer */
-
-/* Dynamic shared memory of step_persistent_kernel: the ring of staged
- * tiles, then two token buffers of step_shared_bytes(T, V). */
-template <int E, bool KDA, class State>
-__host__ __device__ inline size_t step_persistent_shared_bytes(int32_t tokens, int32_t V)
-{
-    return SSM_STEP_RING * sizeof(tile_stage<E, SSM_TILE_RPL, State>) +
-           2 * step_shared_bytes<8 * E, KDA>(tokens, V);
-}
-
-/* Job `job` of a whole-head step: row job / HV, value head job % HV.
- * False: its row is padding or flagged (reported by the caller that asks). */
-__device__ __forceinline__ bool step_place_job(const tile_args &a, int32_t job, bool report,
-                                               step_place &p)
-{
-    const dims &d = a.d;
-    tile_job &j = p.j;
-    j.r = job / d.HV;
-    j.h = job % d.HV;
-    j.layer = a.layer;
-    j.slot = a.slots[j.r];
-    j.n_tokens = a.tokens;
-    if (!slot_is_live(j.slot, a.capacity, a.flags, report && j.h == 0))
-        return false;
-    j.cell = (int64_t)j.slot * a.layers + j.layer;
-    p.per_head = 1;
-    p.first = 0;
-    p.last = tiles_per_head(d.V, SSM_TILE_RPL);
-    p.key_head = j.h / d.group;
-    p.writes_qk = j.h % d.group == 0;
-    p.row_first = 0;
-    p.row_end = d.V;
-    return true;
-}
-
-/* The first live job at or after `job` in this block's sequence, or jobs. */
-__device__ __forceinline__ int32_t step_next_job(const tile_args &a, int32_t job, int32_t jobs)
-{
-    for (; job < jobs; job += (int32_t)gridDim.x) {
-        int32_t slot = a.slots[job / a.d.HV];
-        if (slot >= 0 && slot < a.capacity)
-            return job;
-    }
-    return jobs;
-}
-
-template <class State>
-__device__ __forceinline__ State *step_job_state(const tile_args &a, int32_t job)
-{
-    int32_t slot = a.slots[job / a.d.HV];
-    return state_head<State>(a, slot, a.layer, a.current ? a.current[slot] : 0, job % a.d.HV);
-}
-
-/* The updaters: each live job's tiles in order, the ring staging
- * SSM_STEP_RING - 1 tiles ahead across jobs. */
-template <int E, bool KDA, class State, class Act>
-__device__ __forceinline__ void step_update_jobs(const tile_args &a, uint8_t *shared)
-{
-    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
-    typedef tile_stage<E, RPL, State> stage_t;
-    stage_t *ring = (stage_t *)shared;
-    const size_t buffer = step_shared_bytes<K, KDA>(a.tokens, a.d.V);
-    uint8_t *buffers = shared + SSM_STEP_RING * sizeof(stage_t);
-    const int32_t jobs = a.rows * a.d.HV, tiles = tiles_per_head(a.d.V, RPL);
-    int32_t ahead_job = step_next_job(a, (int32_t)blockIdx.x, jobs), ahead_tile = 0;
-    auto stage_next = [&](int32_t item) {
-        if (ahead_job < jobs) {
-            tile_stage_async(ring[item % SSM_STEP_RING], a.d, step_job_state<State>(a, ahead_job),
-                             ahead_tile);
-            if (++ahead_tile == tiles) {
-                ahead_tile = 0;
-                ahead_job = step_next_job(a, ahead_job + (int32_t)gridDim.x, jobs);
-            }
-        }
-        copy_async_commit(); /* possibly empty: keeps one group per tile */
-    };
-    for (int32_t i = 0; i < SSM_STEP_RING - 1; i++)
-        stage_next(i);
-    int32_t item = 0, n = 0;
-    for (int32_t job = step_next_job(a, (int32_t)blockIdx.x, jobs); job < jobs;
-         job = step_next_job(a, job + (int32_t)gridDim.x, jobs), n++) {
-        step_place p;
-        step_place_job(a, job, false, p);
-        uint8_t *mine = buffers + (n & 1) * buffer;
-        step_token<K, KDA> *tok = (step_token<K, KDA> *)mine;
-        float *v = (float *)(mine + (size_t)a.tokens * sizeof(step_token<K, KDA>));
-        State *source = step_job_state<State>(a, job);
-        named_barrier_sync(SSM_STEP_FULL_BARRIER + (n & 1), SSM_STEP_PERSISTENT_THREADS);
-        for (int32_t tile = 0; tile < tiles; tile++, item++) {
-            stage_next(item + SSM_STEP_RING - 1);
-            copy_async_wait<SSM_STEP_RING - 1>();
-            head_tile<E, RPL, State> t;
-            tile_place(t, tile);
-            tile_from_stage(t, ring[item % SSM_STEP_RING]);
-            step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
-        }
-        named_barrier_arrive(SSM_STEP_EMPTY_BARRIER + (n & 1), SSM_STEP_PERSISTENT_THREADS);
-    }
-}
-
-/* The preparers: each live job's tokens into buffer n % 2 once the
- * updaters are done with it, and (decode) the job's q/k window. */
-template <int E, bool KDA, class State, class Act>
-__device__ __forceinline__ void step_prepare_jobs(const tile_args &a, const step_inputs &in,
-                                                  uint8_t *shared)
-{
-    constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
-    const int32_t threads = 32 * SSM_STEP_PREP_WARPS,
-                  tid = (int32_t)threadIdx.x - 32 * SSM_TILE_WARPS;
-    const size_t buffer = step_shared_bytes<K, KDA>(a.tokens, a.d.V);
-    uint8_t *buffers = shared + SSM_STEP_RING * sizeof(tile_stage<E, RPL, State>);
-    const int32_t jobs = a.rows * a.d.HV;
-    int32_t n = 0;
-    for (int32_t job = (int32_t)blockIdx.x; job < jobs; job += (int32_t)gridDim.x) {
-        step_place p;
-        if (!step_place_job(a, job, tid == 0, p))
-            continue;
-        if (n >= 2)
-            named_barrier_sync(SSM_STEP_EMPTY_BARRIER + (n & 1), SSM_STEP_PERSISTENT_THREADS);
-        uint8_t *mine = buffers + (n & 1) * buffer;
-        step_token<K, KDA> *tok = (step_token<K, KDA> *)mine;
-        float *v = (float *)(mine + (size_t)a.tokens * sizeof(step_token<K, KDA>));
-        step_window_regs w;
-        w.channel = 0;
-        w.holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, w.window, w.channel, tid, threads);
-        step_gates<K, KDA, Act>(a, in, p, tok, tid, threads);
-        named_barrier_sync(SSM_STEP_PREP_BARRIER, threads); /* the window is read */
-        if (!in.stage)
-            step_window_arrive(a, in, p, w, tid);
-        named_barrier_arrive(SSM_STEP_FULL_BARRIER + (n & 1), SSM_STEP_PERSISTENT_THREADS);
-        if (!in.stage)
-            step_window_write<Act>(a, in, p, w, tid);
-        n++;
-    }
-    /* the updaters' last two arrivals, so no barrier is left half met */
-    for (int32_t m = n >= 2 ? n - 2 : 0; m < n; m++)
-        named_barrier_sync(SSM_STEP_EMPTY_BARRIER + (m & 1), SSM_STEP_PERSISTENT_THREADS);
-}
-
-/* grid (min(rows * HV, blocks resident at once)), SSM_STEP_PERSISTENT_THREADS
- * threads, step_persistent_shared_bytes(T, V) of dynamic shared memory. As
- * step_kernel with a.passes = tiles_per_head(V): every step kind. */
-template <int E, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(SSM_STEP_PERSISTENT_THREADS, 2)
-    step_persistent_kernel(tile_args a, step_inputs in)
-{
-    extern __shared__ __align__(16) uint8_t step_shared[];
-    if ((int32_t)threadIdx.x < 32 * SSM_TILE_WARPS)
-        step_update_jobs<E, KDA, State, Act>(a, step_shared);
-    else
-        step_prepare_jobs<E, KDA, State, Act>(a, in, step_shared);
+        step_window_write<Act>(a, in, p, w);
 }
 
 } /* namespace ssm */

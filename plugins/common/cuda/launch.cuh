@@ -47,7 +47,6 @@ struct gpu_common {
      * zero between steps. */
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
-    bool step_persistent; /* whole-head one-launch steps run step_persistent_kernel */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -139,12 +138,6 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
                    : strcmp(one_launch, "1") == 0 ? ONE_LAUNCH_ALWAYS
                    : strcmp(one_launch, "0") == 0 ? ONE_LAUNCH_NEVER
                                                   : ONE_LAUNCH_AUTO;
-    /* SSMSTATE_CUDA_STEP_PERSISTENT=1: a one-launch step whose blocks
-     * run whole heads runs step_persistent_kernel (warps that prepare the
-     * next head's tokens beside warps that update the current one) instead
-     * of step_kernel. The same bits either way. */
-    const char *persistent = getenv("SSMSTATE_CUDA_STEP_PERSISTENT");
-    g.step_persistent = persistent && strcmp(persistent, "1") == 0;
     /* Replay's identity kernel folds the rows that need it in its own
      * blocks (identity.cuh); SSMSTATE_CUDA_REPLAY_FOLD=job folds them in a
      * tile job launched before it instead. Inside measured 10% faster at
@@ -729,36 +722,27 @@ inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 
 template <int E, bool KDA, class State, class Act>
 inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
-                             int32_t persistent, cudaStream_t st)
+                             cudaStream_t st)
 {
     /* Always opted in: the kernel's static staging (up to 32 KiB) counts
      * against the 48 KiB a launch gets without the attribute. */
     size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
-    const int32_t threads = 32 * SSM_TILE_WARPS;
-    if (persistent > 0) {
-        size_t bytes = step_persistent_shared_bytes<E, KDA, State>(a.tokens, a.d.V);
-        cudaFuncSetAttribute(step_persistent_kernel<E, KDA, State, Act>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        step_persistent_kernel<E, KDA, State, Act>
-            <<<persistent, SSM_STEP_PERSISTENT_THREADS, bytes, st>>>(a, in);
-    } else {
-        cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-        step_kernel<E, KDA, State, Act><<<grid, threads, shared, st>>>(a, in);
-    }
+    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
 }
 
 template <class State, class Act>
 inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
-                              int32_t persistent, cudaStream_t st)
+                              cudaStream_t st)
 {
     switch (a.d.K * 2 + (a.d.kda ? 1 : 0)) {
-    case 64: launch_step_kind<4, false, State, Act>(a, in, grid, rows, persistent, st); break;
-    case 65: launch_step_kind<4, true, State, Act>(a, in, grid, rows, persistent, st); break;
-    case 128: launch_step_kind<8, false, State, Act>(a, in, grid, rows, persistent, st); break;
-    case 129: launch_step_kind<8, true, State, Act>(a, in, grid, rows, persistent, st); break;
-    case 257: launch_step_kind<16, true, State, Act>(a, in, grid, rows, persistent, st); break;
-    default: launch_step_kind<16, false, State, Act>(a, in, grid, rows, persistent, st); break;
+    case 64: launch_step_kind<4, false, State, Act>(a, in, grid, rows, st); break;
+    case 65: launch_step_kind<4, true, State, Act>(a, in, grid, rows, st); break;
+    case 128: launch_step_kind<8, false, State, Act>(a, in, grid, rows, st); break;
+    case 129: launch_step_kind<8, true, State, Act>(a, in, grid, rows, st); break;
+    case 257: launch_step_kind<16, true, State, Act>(a, in, grid, rows, st); break;
+    default: launch_step_kind<16, false, State, Act>(a, in, grid, rows, st); break;
     }
 }
 
@@ -768,7 +752,7 @@ inline void launch_step_typed(const tile_args &a, const step_inputs &in, dim3 gr
  * bit. */
 inline int32_t step_passes(const gpu_common &g, const tile_args &a)
 {
-    if (g.step_persistent || step_whole_heads(g, a.rows))
+    if (step_whole_heads(g, a.rows))
         return tiles_per_head(a.d.V, SSM_TILE_RPL);
     return a.tokens == 1 ? tile_passes(g, a, a.rows) : 1;
 }
@@ -790,21 +774,16 @@ inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_input
     rows = rows < g.d.V ? rows : g.d.V;
     dim3 grid((unsigned)a.rows * (unsigned)tile_blocks_per_head(g.d.V, a.passes),
               (unsigned)g.d.HV);
-    /* blocks of step_persistent_kernel (two an SM), or 0: step_kernel */
-    int64_t jobs = (int64_t)a.rows * g.d.HV;
-    int32_t persistent = 0;
-    if (g.step_persistent && g.sms > 0 && a.passes == tiles_per_head(g.d.V, SSM_TILE_RPL))
-        persistent = (int32_t)(jobs < 2 * g.sms ? jobs : 2 * g.sms);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)
-        launch_step_typed<bf16, bf16>(a, in, grid, rows, persistent, st);
+        launch_step_typed<bf16, bf16>(a, in, grid, rows, st);
     else if (bf16_state)
-        launch_step_typed<bf16, float>(a, in, grid, rows, persistent, st);
+        launch_step_typed<bf16, float>(a, in, grid, rows, st);
     else if (bf16_act)
-        launch_step_typed<float, bf16>(a, in, grid, rows, persistent, st);
+        launch_step_typed<float, bf16>(a, in, grid, rows, st);
     else
-        launch_step_typed<float, float>(a, in, grid, rows, persistent, st);
+        launch_step_typed<float, float>(a, in, grid, rows, st);
     return launch_status(s, "step kernel");
 }
 
