@@ -340,8 +340,7 @@ struct tile_args {
     int32_t piece;
     const int32_t *accepted;
     int32_t passes; /* tiles of a head each block runs (>= 1), launch_tile sets it */
-    int32_t decode_stages; /* tiles a one-token block stages at once: SSM_TILE_STAGES or 3;
-                             < 0: none, decode_tile_kernel with -decode_stages blocks an SM */
+    int32_t decode_stages; /* tiles a one-token block stages at once: SSM_TILE_STAGES or 3 */
     /* Host only: the launch directly follows this step's prologue in the
      * stream, so it may overlap it (griddep_wait in the kernel). Before the
      * wait the kernel reads only slots, token_offsets, accepted, `current`
@@ -661,47 +660,6 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         tile_load(t, d, source);
         tile_run<E, RPL, KDA, State, Act, true, MIN_BLOCKS == 1>(t, a, j, source);
     }
-}
-
-/* A one-token job without history (tile_one_token) in fla's unit of work:
- * one tile a block, each warp 8 value rows by all K channels, its state
- * loaded straight into registers as the block starts, before the wait on
- * the prologue (which never writes states); nothing staged, no shared
- * memory, and only what this job needs in registers, so MIN_BLOCKS blocks
- * fit an SM. The same tile_token as every other job, so the same bits.
- * grid (tiles_per_head(V, RPL) * rows, HV), 32 * SSM_TILE_WARPS threads. */
-template <int E, int MIN_BLOCKS, bool KDA, class State, class Act>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) decode_tile_kernel(tile_args a)
-{
-    constexpr int RPL = SSM_TILE_RPL;
-    const dims &d = a.d;
-    const int32_t tiles = tiles_per_head(d.V, RPL);
-    const int32_t r = (int32_t)blockIdx.x / tiles, tile = (int32_t)blockIdx.x % tiles,
-                  h = (int32_t)blockIdx.y, slot = a.slots[r];
-    if (!slot_is_live(slot, a.capacity, a.flags, tile == 0 && h == 0 && threadIdx.x == 0))
-        return;
-    State *source = state_head<State>(a, slot, a.layer, a.current ? a.current[slot] : 0, h);
-    head_tile<E, RPL, State> t;
-    tile_place(t, tile);
-    tile_load(t, d, source);
-    griddep_wait(); /* the token's record and q come from the prologue */
-    const uint8_t *record =
-        a.tok + (int64_t)slot * a.tok_slot_stride + (int64_t)a.layer * a.tok_layer_stride;
-    token_regs<E, RPL, KDA> tk;
-    token_load<E, RPL, KDA, State, Act>(tk, d, a.tok_layout, record, h, t);
-    const float *q = a.out ? a.q + (int64_t)slot * a.max_tokens * d.H * d.K +
-                                 (int64_t)(h / d.group) * d.K
-                           : (const float *)0;
-    float o[RPL];
-    tile_token<E, RPL, KDA, State>(t, tk, q, o, a.layout);
-    if (a.out)
-        store_outputs((Act *)a.out + ((int64_t)r * d.HV + h) * d.V, d, t, o);
-    if (a.store == STORE_EACH)
-        tile_store(t, d, state_head<State>(a, slot, a.layer, 0, h));
-    else if (a.store == STORE_FINAL)
-        tile_store(t, d, source);
-    else if (a.store == STORE_DST)
-        tile_store(t, d, (State *)a.dst + (int64_t)h * d.V * d.K);
 }
 
 } /* namespace ssm */

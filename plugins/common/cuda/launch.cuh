@@ -48,8 +48,7 @@ struct gpu_common {
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
-    int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream);
-                              -6, -8: decode_tile_kernel, 6 or 8 blocks an SM */
+    int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
@@ -150,13 +149,6 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
     g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
-    /* =warp6 or =warp8: decode_tile_kernel, one tile a block, its state
-     * loaded straight into registers (no staging), 6 or 8 blocks an SM:
-     * fla's unit of work, 8 rows a warp. */
-    if (stages && strcmp(stages, "warp6") == 0)
-        g.decode_stages = -6;
-    if (stages && strcmp(stages, "warp8") == 0)
-        g.decode_stages = -8;
     /* SSMSTATE_CUDA_PREFILL_PRODUCTS=bf16: the tensor-core prefill's
      * products on bf16 operands, one pass each, instead of 3xTF32 (5e-3 from
      * fp64 instead of 1e-5 from the CPU). A measuring knob until timed: it
@@ -409,13 +401,7 @@ inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t s
     switch (tile_one_token(a) ? 4 : a.multi_token_blocks) {
     case 1: launch_kernel(tile_kernel<E, 1, KDA, State, Act>, grid, block, 0, st, a.after_prep, a); break;
     case 4:
-        if (a.decode_stages == -6 && a.window_x == 0 && a.layer >= 0)
-            launch_kernel(decode_tile_kernel<E, 6, KDA, State, Act>, grid, block, 0, st,
-                          a.after_prep, a);
-        else if (a.decode_stages == -8 && a.window_x == 0 && a.layer >= 0)
-            launch_kernel(decode_tile_kernel<E, 8, KDA, State, Act>, grid, block, 0, st,
-                          a.after_prep, a);
-        else if (a.decode_stages == 3) /* three 16 KiB stages: the 48 KiB of static shared memory */
+        if (a.decode_stages == 3) /* three 16 KiB stages: the 48 KiB of static shared memory */
             launch_kernel(tile_kernel<E, 4, KDA, State, Act, 3>, grid, block, 0, st, a.after_prep, a);
         else
             launch_kernel(tile_kernel<E, 4, KDA, State, Act>, grid, block, 0, st, a.after_prep, a);
@@ -432,7 +418,7 @@ inline void launch_tile_budget(const tile_args &a, unsigned jobs, cudaStream_t s
 #define SSM_TILE_HEADS_PER_SM 16
 inline int32_t tile_passes(const gpu_common &g, const tile_args &a, int64_t jobs)
 {
-    if (!tile_one_token(a) || g.decode_stages < 0)
+    if (!tile_one_token(a))
         return 1;
     switch (tuned_choice(g, SSM_TUNE_DECODE, a.rows)) {
     case DECODE_PASSES_1: return 1;
