@@ -1,0 +1,234 @@
+/* How fast can a one-token GDN update move its state, by unit of work?
+ * A stand-alone timing program (no library): the update of one layer's
+ * fp32 state, B rows x 32 value heads x 128 x 128, from inputs already
+ * prepared (k and q normalized, v, decay, beta), in three lane layouts, beside
+ * a copy of the same bytes. It isolates the recurrence's layout from
+ * everything else a step does (conv, gates, staging, launch choices):
+ *
+ *   rows8   ssmstate's layout: 8 lanes a value row, 16 key channels a lane
+ *           (chunks of 4, 32 apart), 2 rows a lane, a warp 8 rows; row
+ *           sums over 8 lanes (3 shuffles).
+ *   lanes32 fla's layout: a lane holds 4 consecutive key channels of each of
+ *           the warp's R value rows (R = 8 or 16); row sums over 32 lanes
+ *           (5 shuffles), k and q cost 4 registers each.
+ *
+ * Each warp loads its rows straight into registers, no shared memory; a
+ * block is 4 independent warps. The results are not compared with anything:
+ * the update is the recurrence's, but the sums' order differs by layout.
+ *
+ * Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
+ *        bench/bench_decode_unit.cu -o bench_decode_unit
+ * Run:   ./bench_decode_unit [B ...]     (default 64 256) */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+constexpr int HV = 32, H = 16, K = 128, V = 128;
+
+struct inputs {
+    const float *k, *q, *v, *decay, *beta; /* k, q [B][H][K]; v [B][HV][V]; decay, beta [B][HV] */
+    float *out;                            /* [B][HV][V] */
+};
+
+__device__ __forceinline__ float sum_lanes(float x, int lanes)
+{
+    for (int o = lanes / 2; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* ssmstate's layout: lane sub = lane % 8 of row lane / 8 (+4 for the second row). */
+__global__ void __launch_bounds__(128) rows8_kernel(float *state, inputs in, int B)
+{
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int slabs = V / 8, b = warp / (HV * slabs), h = (warp / slabs) % HV;
+    if (b >= B)
+        return;
+    const int row0 = (warp % slabs) * 8 + lane / 8, sub = lane % 8;
+    float *s_head = state + ((size_t)b * HV + h) * V * K;
+    float s[2][16];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float4 x = *(const float4 *)(s_head + (size_t)(row0 + 4 * i) * K + c * 32 + sub * 4);
+            s[i][4 * c] = x.x, s[i][4 * c + 1] = x.y, s[i][4 * c + 2] = x.z, s[i][4 * c + 3] = x.w;
+        }
+    const float *k = in.k + ((size_t)b * H + h / 2) * K, *q = in.q + ((size_t)b * H + h / 2) * K;
+    const float decay = in.decay[b * HV + h], beta = in.beta[b * HV + h];
+    float kk[16];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        float4 x = *(const float4 *)(k + c * 32 + sub * 4);
+        kk[4 * c] = x.x, kk[4 * c + 1] = x.y, kk[4 * c + 2] = x.z, kk[4 * c + 3] = x.w;
+    }
+    float o[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            s[i][j] *= decay;
+            acc = fmaf(s[i][j], kk[j], acc);
+        }
+        float u = beta * (in.v[((size_t)b * HV + h) * V + row0 + 4 * i] - sum_lanes(acc, 8));
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+            s[i][j] = fmaf(u, kk[j], s[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float4 x = *(const float4 *)(q + c * 32 + sub * 4);
+            acc = fmaf(s[i][4 * c], x.x, acc);
+            acc = fmaf(s[i][4 * c + 1], x.y, acc);
+            acc = fmaf(s[i][4 * c + 2], x.z, acc);
+            acc = fmaf(s[i][4 * c + 3], x.w, acc);
+        }
+        o[i] = sum_lanes(acc, 8);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            *(float4 *)(s_head + (size_t)(row0 + 4 * i) * K + c * 32 + sub * 4) =
+                make_float4(s[i][4 * c], s[i][4 * c + 1], s[i][4 * c + 2], s[i][4 * c + 3]);
+        if (sub == 0)
+            in.out[((size_t)b * HV + h) * V + row0 + 4 * i] = o[i];
+    }
+}
+
+/* fla's layout: lane holds channels [4 lane, 4 lane + 4) of R rows. */
+template <int R>
+__global__ void __launch_bounds__(128) lanes32_kernel(float *state, inputs in, int B)
+{
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int slabs = V / R, b = warp / (HV * slabs), h = (warp / slabs) % HV;
+    if (b >= B)
+        return;
+    const int row0 = (warp % slabs) * R;
+    float *s_head = state + ((size_t)b * HV + h) * V * K + (size_t)row0 * K + lane * 4;
+    float4 s[R];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        s[i] = *(const float4 *)(s_head + (size_t)i * K);
+    const float4 k = *(const float4 *)(in.k + ((size_t)b * H + h / 2) * K + lane * 4);
+    const float4 q = *(const float4 *)(in.q + ((size_t)b * H + h / 2) * K + lane * 4);
+    const float decay = in.decay[b * HV + h], beta = in.beta[b * HV + h];
+    const float v = lane < R ? in.v[((size_t)b * HV + h) * V + row0 + lane] : 0.0f;
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        s[i].x *= decay, s[i].y *= decay, s[i].z *= decay, s[i].w *= decay;
+        float acc = fmaf(s[i].x, k.x, fmaf(s[i].y, k.y, fmaf(s[i].z, k.z, s[i].w * k.w)));
+        float u = beta * (__shfl_sync(0xffffffffu, v, i) - sum_lanes(acc, 32));
+        s[i].x = fmaf(u, k.x, s[i].x), s[i].y = fmaf(u, k.y, s[i].y);
+        s[i].z = fmaf(u, k.z, s[i].z), s[i].w = fmaf(u, k.w, s[i].w);
+        float out = sum_lanes(fmaf(s[i].x, q.x, fmaf(s[i].y, q.y, fmaf(s[i].z, q.z, s[i].w * q.w))), 32);
+        if (lane == i)
+            o = out;
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        *(float4 *)(s_head + (size_t)i * K) = s[i];
+    if (lane < R)
+        in.out[((size_t)b * HV + h) * V + row0 + lane] = o;
+}
+
+/* The same bytes read and written back in place, float4 a thread. */
+__global__ void copy_kernel(float4 *state, size_t n4)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 x = state[i];
+        x.x += 1.0f;
+        state[i] = x;
+    }
+}
+
+template <class F> float median_us(F launch)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 3; i++)
+        launch();
+    std::vector<float> t;
+    for (int i = 0; i < 20; i++) {
+        cudaEventRecord(a);
+        launch();
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        t.push_back(ms * 1000.0f);
+    }
+    std::sort(t.begin(), t.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return t[t.size() / 2];
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+    std::vector<int> batches;
+    for (int i = 1; i < argc; i++)
+        batches.push_back(atoi(argv[i]));
+    if (batches.empty())
+        batches = {64, 256};
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("bench_decode_unit on %s: one layer, fp32 state, HV %d, K %d, V %d, median of 20\n",
+           prop.name, HV, K, V);
+    printf("%6s  %-12s %10s %10s %8s\n", "B", "kernel", "median us", "GB/s", "% copy");
+    for (int B : batches) {
+        size_t state_n = (size_t)B * HV * V * K;
+        float *state, *k, *q, *v, *decay, *beta, *out;
+        cudaMalloc(&state, state_n * sizeof(float));
+        cudaMalloc(&k, (size_t)B * H * K * sizeof(float));
+        cudaMalloc(&q, (size_t)B * H * K * sizeof(float));
+        cudaMalloc(&v, (size_t)B * HV * V * sizeof(float));
+        cudaMalloc(&decay, (size_t)B * HV * sizeof(float));
+        cudaMalloc(&beta, (size_t)B * HV * sizeof(float));
+        cudaMalloc(&out, (size_t)B * HV * V * sizeof(float));
+        cudaMemset(state, 0, state_n * sizeof(float));
+        cudaMemset(k, 0, (size_t)B * H * K * sizeof(float));
+        cudaMemset(q, 0, (size_t)B * H * K * sizeof(float));
+        cudaMemset(v, 0, (size_t)B * HV * V * sizeof(float));
+        cudaMemset(decay, 0, (size_t)B * HV * sizeof(float));
+        cudaMemset(beta, 0, (size_t)B * HV * sizeof(float));
+        inputs in = {k, q, v, decay, beta, out};
+        double bytes = 2.0 * state_n * sizeof(float);
+        int copy_blocks = prop.multiProcessorCount * 8;
+        float copy = median_us([&] {
+            copy_kernel<<<copy_blocks, 256>>>((float4 *)state, state_n / 4);
+        });
+        int warps8 = B * HV * (V / 8), warps16 = B * HV * (V / 16);
+        float rows8 = median_us([&] { rows8_kernel<<<(warps8 + 3) / 4, 128>>>(state, in, B); });
+        float lanes8 = median_us([&] { lanes32_kernel<8><<<(warps8 + 3) / 4, 128>>>(state, in, B); });
+        float lanes16 =
+            median_us([&] { lanes32_kernel<16><<<(warps16 + 3) / 4, 128>>>(state, in, B); });
+        struct row { const char *name; float us; } rows[] = {
+            {"copy", copy}, {"rows8", rows8}, {"lanes32 R8", lanes8}, {"lanes32 R16", lanes16}};
+        for (const row &r : rows)
+            printf("%6d  %-12s %10.2f %10.1f %8.1f\n", B, r.name, r.us, bytes / r.us / 1e3,
+                   100.0 * copy / r.us);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            printf("CUDA error: %s\n", cudaGetErrorString(e));
+            return 1;
+        }
+        cudaFree(state), cudaFree(k), cudaFree(q), cudaFree(v), cudaFree(decay), cudaFree(beta),
+            cudaFree(out);
+    }
+    return 0;
+}
