@@ -18,6 +18,7 @@
  *
  * Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
  *        bench/bench_decode_unit.cu -o bench_decode_unit
+ *        (bench/device_stage.sh does, and device_quick.sh's `unit` step runs it)
  * Run:   ./bench_decode_unit [B ...]     (default 64 256) */
 #include <cuda_runtime.h>
 

@@ -21,10 +21,10 @@ elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
 time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
 # Whether step $1 is among SSM_DEVICE_STEPS (a space-separated list of
-# modes, forced, run, bench, chunk, python, ncu, peer, fla; all when
+# modes, forced, run, bench, chunk, python, unit, ncu, peer, fla; all when
 # unset), so
 # one plan can be split over two calls.
-wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench chunk python ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
+wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench chunk python unit ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -89,6 +89,11 @@ if wanted python && time_for 15; then
     timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
     echo "decode_loop.py: exit $? $(elapsed)"
     tail -3 "$O/decode_loop.txt"
+fi
+if wanted unit && time_for 20; then
+    timeout 60 "$S/bin/bench_decode_unit" 1 64 256 >"$O/decode_unit.txt" 2>&1
+    echo "bench_decode_unit: exit $? $(elapsed)"
+    cat "$O/decode_unit.txt"
 fi
 wanted ncu && time_for 60 && OUT_NCU=$O bash bench/device_ncu.sh && echo "ncu: $(elapsed)"
 if wanted peer && time_for 60 && [ -d .device/replayssm ] && [ -f .device/peers/anchor_replayssm.py ]; then

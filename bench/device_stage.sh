@@ -19,6 +19,8 @@ nvcc=$(sed -n 's/^NVCC = //p' Makefile)
 arch=$(sed -n 's/^NVCC_ARCH = //p' Makefile)
 "$nvcc" -std=c++17 -O3 --fmad=false $arch -I"$root" -I"$root/include" -I"$bld" \
     "$root/bench/bench_chunk.cu" -o bench_chunk
+# The one-token update alone, by lane layout (bench_decode_unit.cu's comment).
+"$nvcc" -std=c++17 -O3 $arch "$root/bench/bench_decode_unit.cu" -o bench_decode_unit
 rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/bin"
 cp -a .libs/libssmstate.so* .libs/native.so .libs/compact.so .libs/replay.so "$stage/lib/"
 cp .libs/ssmstate "$stage/bin/"
@@ -28,7 +30,7 @@ cp "$t" "$stage/bin/check_gpu_modes"
 t=tests/gpu/.libs/check_chunk_cuda
 [ -f "$t" ] || t=tests/gpu/check_chunk_cuda
 cp "$t" "$stage/bin/check_chunk_cuda"
-cp bench_chunk "$stage/bin/"
+cp bench_chunk bench_decode_unit "$stage/bin/"
 # What the device machine lacks: inih, and the CUDA runtime these were linked with.
 for so in libinih.so.1 libcudart.so.13 libsubunit.so.0; do
     path=$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/bin/ssmstate" | awk -v so="$so" '$1 == so { print $3 }')
