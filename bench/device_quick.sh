@@ -21,10 +21,10 @@ elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
 time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
 # Whether step $1 is among SSM_DEVICE_STEPS (a space-separated list of
-# modes, forced, run, bench, chunk, python, unit, ncu, peer, fla; all when
-# unset), so
+# modes, forced, run, bench, knobs (bench with the other knobs turned),
+# chunk, python, unit, ncu, peer, fla; all when unset), so
 # one plan can be split over two calls.
-wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench chunk python unit ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
+wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench knobs chunk python unit ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -53,8 +53,8 @@ bench() { # NAME CONFIGS [VAR=VALUE...]
 wanted bench && time_for 50 && bench default "examples/qwen3-next.ini examples/kimi-linear.ini"
 wanted bench && time_for 25 && bench one_launch "examples/qwen3-next.ini examples/kimi-linear.ini" \
     SSMSTATE_CUDA_ONE_LAUNCH=1
-wanted bench && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
-wanted bench && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
+wanted knobs && time_for 25 && bench stages2 examples/qwen3-next.ini SSMSTATE_CUDA_DECODE_STAGES=2
+wanted knobs && time_for 25 && bench fold_job examples/qwen3-next.ini SSMSTATE_CUDA_REPLAY_FOLD=job
 # Candidates under measurement: SSM_DEVICE_BENCH_VARIANTS and
 # SSM_DEVICE_MODES_VARIANTS hold space-separated NAME:VAR=VALUE,VAR=VALUE.
 for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do
