@@ -28,7 +28,8 @@
  *    <= 2e-4 for bf16 ones), prefill still bit for bit. Every replay
  *    context of these cases names its form. Replay runs with history
  *    2 T_max (8): every verify round after committed history folds. Also
- *    with T_max = 8 (history 16) on two shapes in every mode.
+ *    with T_max = 8 (history 16) on two shapes in every mode, and with conv
+ *    widths 2, 3 and 6 (every other case has 4).
  * 3. graph: two CUDA contexts of one mode, the same prefill; one full round
  *    (ssm_verify of every layer with one ticket, then ssm_commit) of the first
  *    is captured on a non-default stream into a CUDA graph and replayed 24
@@ -607,6 +608,24 @@ int main(void)
     for (int k = 0; k < VARIANTS; k += VARIANTS - 1) { /* native, replay identity */
         setup su = {wide_heads, SSM_DTYPE_F32, SSM_DTYPE_BF16};
         report(&t, case_modes(&su, variants[k], salt++, desc, sizeof desc), desc);
+    }
+    /* Conv widths other than 4, every mode: 2 and 3 (the one-launch conv
+       and the prologue kernel's width-4 build with the width a run-time
+       value), 6 (its wide build); GDN over an fp32 state with bf16
+       activations, KDA with the lower bound in bf16. */
+    {
+        const int32_t widths[] = {2, 3, 6};
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < VARIANTS; k++) {
+                setup a = {shapes[0], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+                a.m.conv_width = widths[i];
+                report(&t, case_modes(&a, variants[k], salt++, desc, sizeof desc), desc);
+                if (variants[k].identity)
+                    continue;
+                setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
+                b.m.conv_width = widths[i];
+                report(&t, case_modes(&b, variants[k], salt++, desc, sizeof desc), desc);
+            }
     }
     /* Verify rounds of 8 tokens (max_draft_tokens 7, replay's history 16):
        every mode's multi-token jobs past T = 4 and the identity kernel's
