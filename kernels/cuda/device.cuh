@@ -62,6 +62,24 @@ template <> struct conv4<float> {
     typedef uint4 bits;
 };
 
+/* The same four elements in two steps: the load (raw bits) now, the
+ * widening later, so that a thread has all of its loads in flight before it
+ * uses the first one. Zero bits widen to +0. */
+template <class Act> __device__ __forceinline__ typename conv4<Act>::bits load_bits(const Act *p)
+{
+    return *(const typename conv4<Act>::bits *)p;
+}
+__device__ __forceinline__ void widen4(uint2 x, float *v)
+{
+    v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
+    v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
+}
+__device__ __forceinline__ void widen4(uint4 x, float *v)
+{
+    v[0] = ssm_f32_from_bits(x.x), v[1] = ssm_f32_from_bits(x.y);
+    v[2] = ssm_f32_from_bits(x.z), v[3] = ssm_f32_from_bits(x.w);
+}
+
 /* v as an element of type E holds it (identity for fp32). */
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }

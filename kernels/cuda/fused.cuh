@@ -81,15 +81,19 @@ struct step_place {
  * value rows. Threads take groups in order, so a head of q or k is K/4
  * consecutive lanes of a warp as in prep_conv, and its norm adds in that
  * order. A decode's q/k threads keep the advanced window in `window` and
- * return true; its v threads store theirs at once. */
-template <int K, bool KDA, class Act>
+ * return true; its v threads store theirs at once. A thread asks for its
+ * window rows and first token together (prep_conv does the same); EXACT:
+ * the conv width is 4 (conv_width). */
+template <int K, bool KDA, class Act, bool EXACT>
 __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs &in,
                                           const step_place &p, step_token<K, KDA> *tok, float *v,
                                           float (&window)[4][4], int32_t &channel)
 {
+    typedef typename conv4<Act>::bits bits;
     const dims &d = a.d;
     const tile_job &j = p.j;
-    const int32_t keep = d.W - 1, T = a.tokens, rows = p.row_end - p.row_first;
+    const int32_t keep = conv_width<4, EXACT>(d) - 1, T = a.tokens,
+                  rows = p.row_end - p.row_first;
     const int32_t qk_groups = K / 2, groups = qk_groups + rows / 4;
     Act *buffer = (Act *)in.conv + (j.cell * in.conv_rows) * d.D;
     const Act *x = (const Act *)in.x + (int64_t)j.r * T * d.D;
@@ -107,26 +111,30 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
                           : is_qk ? d.H * K + p.key_head * K + at
                                   : 2 * d.H * K + j.h * d.V + p.row_first + at;
         const bool writer = live && (!is_qk || p.writes_qk);
-        float win[4][4];
-        conv_taps<4> taps;
-        conv_taps_load(d, in.conv_weight, in.conv_bias, c, live, taps);
+        bits raw[4], next = {};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
+            raw[i] = bits{};
             if (live && i < keep)
-                load4(buffer + (int64_t)i * d.D + c, win[i]);
-            else
-#pragma unroll
-                for (int ch = 0; ch < 4; ch++)
-                    win[i][ch] = 0.0f;
+                raw[i] = load_bits(buffer + (int64_t)i * d.D + c);
         }
+        if (live && T > 0)
+            next = load_bits(x + c);
+        conv_taps<4> taps;
+        conv_taps_load(d, in.conv_weight, in.conv_bias, c, live, taps);
+        float win[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            widen4(raw[i], win[i]);
         for (int32_t t = 0; t < T; t++) {
-            float now[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
-            if (live)
-                load4(x + (int64_t)t * d.D + c, now);
+            float now[4], value[4];
+            widen4(next, now);
+            if (live && t + 1 < T)
+                next = load_bits(x + (int64_t)(t + 1) * d.D + c);
 #pragma unroll
             for (int ch = 0; ch < 4; ch++)
                 finite = finite && isfinite(now[ch]);
-            float squares = conv_token<4, Act>(d, taps, win, now, value);
+            float squares = conv_token<4, Act, EXACT>(d, taps, win, now, value);
             if (pass0)
                 squares = head_squares(live && is_qk ? squares : 0.0f, K);
             if (in.stage && writer)
@@ -297,7 +305,9 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
 {
     constexpr int K = 8 * E;
     w.channel = 0;
-    w.holds_qk = step_conv<K, KDA, Act>(a, in, p, tok, v, w.window, w.channel);
+    w.holds_qk = a.d.W == 4
+                     ? step_conv<K, KDA, Act, true>(a, in, p, tok, v, w.window, w.channel)
+                     : step_conv<K, KDA, Act, false>(a, in, p, tok, v, w.window, w.channel);
     step_gates<K, KDA, Act>(a, in, p, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)

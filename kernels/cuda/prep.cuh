@@ -210,16 +210,25 @@ __device__ __forceinline__ void conv_taps_load(const dims &d, const float *conv_
     }
 }
 
+/* The conv width a kernel runs: d.W, or WIDTH itself when EXACT (the
+ * caller checked d.W == WIDTH), which the compiler then knows, so a window
+ * of WIDTH rows stays in registers instead of going to local memory for
+ * the row that `in` replaces. */
+template <int WIDTH, bool EXACT> __device__ __forceinline__ int32_t conv_width(const dims &d)
+{
+    return EXACT ? WIDTH : d.W;
+}
+
 /* One token of four channels: value = silu(bias + taps over the window and
  * `in`), rounded to the activation dtype; the window (W - 1 inputs, oldest
  * first) then ends with `in`. Returns the sum of the four squares, in
  * channel order (a head's norm adds the lanes' sums, head_squares). */
-template <int WIDTH, class Act>
+template <int WIDTH, class Act, bool EXACT = false>
 __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH> &taps,
                                             float (&window)[WIDTH][4], const float (&in)[4],
                                             float (&value)[4])
 {
-    const int32_t keep = d.W - 1;
+    const int32_t W = conv_width<WIDTH, EXACT>(d), keep = W - 1;
     float squares = 0.0f;
 #pragma unroll
     for (int ch = 0; ch < 4; ch++) {
@@ -227,7 +236,7 @@ __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH
         float acc = taps.bias[ch];
 #pragma unroll
         for (int i = 0; i < WIDTH; i++)
-            if (i < d.W)
+            if (i < W)
                 acc += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
         value[ch] = round_to((const Act *)0, ssm_silu(acc));
         squares += value[ch] * value[ch];
@@ -290,43 +299,50 @@ __device__ __forceinline__ float gate_log_decay(const dims &d, const float *a_lo
  * lanes of one warp, whose sum of squares is a butterfly over those lanes
  * (each lane first sums its four in order). Lanes past D join the shuffles
  * with zeros. WIDTH bounds the conv width at compile time, so the window
- * stays in registers. */
-template <int WIDTH, class Act>
+ * stays in registers (EXACT: the width is WIDTH, conv_width). The window's
+ * rows and the first token's inputs are asked for together, and each
+ * token's inputs while the one before is computed, so no load waits for
+ * another. */
+template <int WIDTH, class Act, bool EXACT>
 __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t first, int32_t end,
                           int32_t n, int32_t e, const record_place &place)
 {
+    typedef typename conv4<Act>::bits bits;
     const dims &d = a.d;
-    const int32_t qk = d.H * d.K, keep = d.W - 1, c = 4 * e;
+    const int32_t qk = d.H * d.K, keep = conv_width<WIDTH, EXACT>(d) - 1, c = 4 * e;
     const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    float window[WIDTH][4];
-    conv_taps<WIDTH> taps;
-    conv_taps_load(d, a.conv_weight, a.conv_bias, c, live, taps);
     /* Window slot i holds the input at position first - keep + i of the
        piece: the buffer's row for a position before it, else x's token. */
+    bits raw[WIDTH], next = {};
 #pragma unroll
     for (int i = 0; i < WIDTH; i++) {
         const int32_t at = first - keep + i;
-        if (live && i < keep && at < 0)
-            load4(buffer + (int64_t)(keep + at) * d.D + c, window[i]);
-        else if (live && i < keep)
-            load4(x + input_token(a, r, at) * d.D + c, window[i]);
-        else
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++)
-                window[i][ch] = 0.0f;
+        raw[i] = bits{};
+        if (live && i < keep)
+            raw[i] = load_bits(at < 0 ? buffer + (int64_t)(keep + at) * d.D + c
+                                      : x + input_token(a, r, at) * d.D + c);
     }
+    if (live && first < end)
+        next = load_bits(x + input_token(a, r, first) * d.D + c);
+    conv_taps<WIDTH> taps;
+    conv_taps_load(d, a.conv_weight, a.conv_bias, c, live, taps);
+    float window[WIDTH][4];
+#pragma unroll
+    for (int i = 0; i < WIDTH; i++)
+        widen4(raw[i], window[i]);
     const bool normalized = c < 2 * qk; /* q and k */
     bool finite = true;
     for (int32_t t = first; t < end; t++) {
-        float in[4] = {0.0f, 0.0f, 0.0f, 0.0f}, value[4];
-        if (live)
-            load4(x + input_token(a, r, t) * d.D + c, in);
+        float in[4], value[4];
+        widen4(next, in);
+        if (live && t + 1 < end)
+            next = load_bits(x + input_token(a, r, t + 1) * d.D + c);
 #pragma unroll
         for (int ch = 0; ch < 4; ch++)
             finite = finite && isfinite(in[ch]);
-        float squares = conv_token<WIDTH, Act>(d, taps, window, in, value);
+        float squares = conv_token<WIDTH, Act, EXACT>(d, taps, window, in, value);
         if (live && a.stage)
             store4(buffer + (int64_t)(keep + t) * d.D + c, in);
         squares = head_squares(live && normalized ? squares : 0.0f, d.K);
@@ -450,8 +466,15 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
         return;
     int32_t end = n - first < a.group_tokens ? n : first + a.group_tokens;
     record_place place = place_of(a, slot, a.records_by_row ? r : slot);
-    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D)
-        prep_conv<WIDTH, Act>(a, slot, r, first, end, n, e, place);
+    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D) {
+        bool exact = false;
+        if constexpr (WIDTH == 4)
+            exact = a.d.W == 4;
+        if (exact)
+            prep_conv<4, Act, true>(a, slot, r, first, end, n, e, place);
+        else
+            prep_conv<WIDTH, Act, false>(a, slot, r, first, end, n, e, place);
+    }
     if (e < a.d.GW)
         prep_gate<Act>(a, slot, r, first, end, e, place);
     if (e < a.d.HV)
