@@ -34,11 +34,21 @@ __device__ __forceinline__ void load4(const float *p, float *v)
     float4 x = *(const float4 *)p;
     v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
 }
-__device__ __forceinline__ void load4(const bf16 *p, float *v)
+/* Four elements' raw bits (bf16 pairs, or fp32) widened to fp32. Zero bits
+ * widen to +0. */
+__device__ __forceinline__ void widen4(uint2 x, float *v)
 {
-    uint2 x = *(const uint2 *)p;
     v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
     v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
+}
+__device__ __forceinline__ void widen4(uint4 x, float *v)
+{
+    v[0] = ssm_f32_from_bits(x.x), v[1] = ssm_f32_from_bits(x.y);
+    v[2] = ssm_f32_from_bits(x.z), v[3] = ssm_f32_from_bits(x.w);
+}
+__device__ __forceinline__ void load4(const bf16 *p, float *v)
+{
+    widen4(*(const uint2 *)p, v);
 }
 __device__ __forceinline__ void store4(float *p, const float *v)
 {
@@ -62,22 +72,12 @@ template <> struct conv4<float> {
     typedef uint4 bits;
 };
 
-/* The same four elements in two steps: the load (raw bits) now, the
- * widening later, so that a thread has all of its loads in flight before it
- * uses the first one. Zero bits widen to +0. */
+/* load4 in two steps: the load (raw bits) now, the widening (widen4)
+ * later, so that a thread has all of its loads in flight before it uses
+ * the first one. */
 template <class Act> __device__ __forceinline__ typename conv4<Act>::bits load_bits(const Act *p)
 {
     return *(const typename conv4<Act>::bits *)p;
-}
-__device__ __forceinline__ void widen4(uint2 x, float *v)
-{
-    v[0] = ssm_f32_from_bits(x.x << 16), v[1] = ssm_f32_from_bits(x.x & 0xffff0000u);
-    v[2] = ssm_f32_from_bits(x.y << 16), v[3] = ssm_f32_from_bits(x.y & 0xffff0000u);
-}
-__device__ __forceinline__ void widen4(uint4 x, float *v)
-{
-    v[0] = ssm_f32_from_bits(x.x), v[1] = ssm_f32_from_bits(x.y);
-    v[2] = ssm_f32_from_bits(x.z), v[3] = ssm_f32_from_bits(x.w);
 }
 
 /* v as an element of type E holds it (identity for fp32). */
