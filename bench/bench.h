@@ -59,6 +59,7 @@ typedef struct bench_shape {
     int32_t history;       /* L of replay's ring */
     bench_replay_reads replay_reads;
     int32_t fold_rows;     /* replay: decodes of at most this many rows fold every step */
+    int commit_in_step;    /* compact: the next step applies the commit (the GPU) */
 } bench_shape;
 
 /* One measurement. Times are per decode step, MTP round or copy. */

@@ -49,11 +49,17 @@ static double native_bytes(const unit_sizes *u, bench_op op)
 
 /* compact: decode fuses verify and commit (read S, write S); a round's
  * verify reads S and writes T records, its commit reads S and the a
- * accepted records and writes S once. */
-static double compact_bytes(const unit_sizes *u, bench_op op, int32_t accepted)
+ * accepted records and writes S once. Where the next step applies the
+ * commit (commit_in_step, the GPU), the verify reads S and the a records
+ * of the round before, writes S once and its T records, and the commit
+ * moves no state. */
+static double compact_bytes(const unit_sizes *u, bench_op op, int32_t accepted,
+                            int commit_in_step)
 {
     if (op == BENCH_OP_DECODE)
         return 2 * u->state;
+    if (commit_in_step)
+        return 2 * u->state + (u->tokens + accepted) * u->record;
     return u->state + u->tokens * u->record + 2 * u->state + accepted * u->record;
 }
 
@@ -113,7 +119,7 @@ uint64_t bench_floor_bytes(const bench_shape *s, const char *mode, bench_op op, 
     else if (!strcmp(mode, "native"))
         per_request = native_bytes(&u, op);
     else if (!strcmp(mode, "compact"))
-        per_request = compact_bytes(&u, op, accepted);
+        per_request = compact_bytes(&u, op, accepted, s->commit_in_step);
     else if (!strcmp(mode, "replay"))
         per_request = replay_bytes(&u, op, accepted, batch <= s->fold_rows);
     else

@@ -11,7 +11,7 @@
 /* Qwen3-Next, fp32 state, bf16 activations, T = 4, L = 16. */
 static bench_shape qwen3_next(bench_replay_reads reads, int32_t fold_rows)
 {
-    bench_shape s = {{0}, SSM_DTYPE_F32, SSM_DTYPE_BF16, 4, 16, reads, fold_rows};
+    bench_shape s = {{0}, SSM_DTYPE_F32, SSM_DTYPE_BF16, 4, 16, reads, fold_rows, 0};
     s.model.kind = SSM_MODEL_GDN;
     s.model.layers = 36;
     s.model.heads = 16;
@@ -41,6 +41,11 @@ START_TEST(native_and_compact_formulas)
     ck_assert_double_eq_tol(in_states(&s, "compact", BENCH_OP_DECODE, 64, 0), 2.0, 1e-9);
     ck_assert_double_eq_tol(in_states(&s, "compact", BENCH_OP_ROUND, 64, 3),
                             3.0 + (4 + 3) * R / S, 1e-6);
+    s.commit_in_step = 1; /* the GPU: the next step applies the commit */
+    ck_assert_double_eq_tol(in_states(&s, "compact", BENCH_OP_ROUND, 64, 3),
+                            2.0 + (4 + 3) * R / S, 1e-6);
+    ck_assert_double_eq_tol(in_states(&s, "compact", BENCH_OP_DECODE, 64, 0), 2.0, 1e-9);
+    s.commit_in_step = 0;
     ck_assert_double_eq_tol(in_states(&s, "copy", BENCH_OP_COPY, 64, 0), 2.0, 1e-9);
     /* Batch and layers multiply. */
     ck_assert_uint_eq(bench_floor_bytes(&s, "native", BENCH_OP_DECODE, 8, 36, 0),

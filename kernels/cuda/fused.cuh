@@ -53,6 +53,9 @@ struct step_inputs {
     uint8_t *records;
     int64_t slot_stride, layer_stride;
     record_layout layout;
+    /* With a pending commit (tile_args.pending), the set of records this
+     * verify writes: set s at records + s * set_stride (pending_write_set). */
+    int64_t set_stride;
 };
 
 /* One token as a block's tiles consume it. */
@@ -73,6 +76,7 @@ __host__ __device__ inline size_t step_shared_bytes(int32_t tokens, int32_t rows
 struct step_place {
     tile_job j;
     int32_t first, last, per_head, row_first, row_end, key_head;
+    int32_t record_set; /* the set of in.records this step writes */
     bool writes_qk; /* stages (and records) q and k: first block of the key head's first head */
 };
 
@@ -98,7 +102,8 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
     Act *buffer = (Act *)in.conv + (j.cell * in.conv_rows) * d.D;
     const Act *x = (const Act *)in.x + (int64_t)j.r * T * d.D;
     uint8_t *records = in.records ? in.records + (int64_t)j.slot * in.slot_stride +
-                                        (int64_t)j.layer * in.layer_stride
+                                        (int64_t)j.layer * in.layer_stride +
+                                        p.record_set * in.set_stride
                                   : (uint8_t *)0;
     bool finite = true, holds_qk = false;
     /* Iteration 0 holds every q/k group (K / 2 <= 64 < blockDim.x), so its
@@ -191,7 +196,8 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
     const int32_t count = KDA ? K : 1, T = a.tokens;
     uint8_t *records = in.records && p.first == 0
                            ? in.records + (int64_t)j.slot * in.slot_stride +
-                                 (int64_t)j.layer * in.layer_stride
+                                 (int64_t)j.layer * in.layer_stride +
+                                 p.record_set * in.set_stride
                            : (uint8_t *)0;
     bool finite = true;
     const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
@@ -373,6 +379,13 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         state_head<State>(a, p.j.slot, p.j.layer, a.current ? a.current[p.j.slot] : 0, p.j.h);
     tile_stage_async(stage[0], a.d, source, p.first);
     copy_async_commit();
+    /* A pending commit (compact) is read before anyone clears it; this
+       step's records go to the other set, and its commit is told which. */
+    const uint32_t first_code = pending_at(a, p.j, p.first);
+    p.record_set = pending_write_set(first_code);
+    if (in.records && a.pending.written && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
+        a.pending.written[p.j.cell] = (uint8_t)p.record_set;
+    bool pending = false;
     step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
     float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
     step_window_regs w;
@@ -386,8 +399,17 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
         tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
+        uint32_t code = tile == p.first ? first_code : pending_at(a, p.j, tile);
+        if (code) {
+            tile_apply_pending<E, RPL, KDA, State, Act>(t, a, p.j, code);
+            if (a.store == STORE_NONE) /* a verify: the committed state goes back */
+                tile_store(t, a.d, source);
+            pending = true;
+        }
         step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
+    if (pending) /* the same codes in every thread */
+        pending_clear(a, p.j, p.first, p.last);
     if (!in.stage)
         step_window_write<Act>(a, in, p, w);
 }

@@ -305,6 +305,42 @@ enum store_mode {
     STORE_DST       /* to `dst` ([HV][V][K] of one slot and layer) */
 };
 
+/* Compact's commit, applied by the next job that holds the tiles anyway
+ * (docs/modes.md): the commit leaves one code a tile saying how many of
+ * the verify's records to apply, from which of the slot's two record sets
+ * and with which update layout; the next decode or verify applies them
+ * with tile_token before its own tokens (the committed state stays
+ * native's bits) and clears the code. Every reader of the state outside a
+ * step applies them first (a flush in place, or into the copy). */
+#define SSM_PENDING_COUNT 0x1fu  /* accepted records, 1 .. 31 */
+#define SSM_PENDING_SET 0x20u    /* the records are in set 1 (else 0) */
+#define SSM_PENDING_LAYOUT 0x40u /* update layout 1 (test-only) */
+
+struct pending_args {
+    uint8_t *codes;   /* [capacity][layers][HV][tiles_per_head]; NULL: nothing pending */
+    uint8_t *written; /* [capacity][layers]: the record set the latest verify wrote */
+    /* Record t of set s: records + slot * slot_stride + layer * layer_stride
+     * + s * set_stride + t * layout.bytes. */
+    const uint8_t *records;
+    int64_t slot_stride, layer_stride, set_stride;
+    record_layout layout;
+    bool keep; /* apply without clearing the codes (into a copy: export, copy) */
+    bool only; /* a flush: tiles with nothing pending return at once */
+};
+
+__host__ __device__ inline uint8_t pending_code(int32_t accepted, int32_t set, uint32_t layout)
+{
+    return (uint8_t)(((uint32_t)accepted & SSM_PENDING_COUNT) | (set ? SSM_PENDING_SET : 0u) |
+                     ((layout & 1u) ? SSM_PENDING_LAYOUT : 0u));
+}
+
+/* The set a verify writes its records to: the one a pending commit does
+ * not read. */
+__host__ __device__ inline int32_t pending_write_set(uint32_t code)
+{
+    return code != 0 && !(code & SSM_PENDING_SET) ? 1 : 0;
+}
+
 struct tile_args {
     dims d;
     int32_t rows, layers, capacity, max_tokens, tokens;
@@ -362,6 +398,7 @@ struct tile_args {
      * (or no accepted): no such blocks (window_x 0). */
     void *conv;
     int32_t conv_rows, window_x;
+    pending_args pending; /* compact's commit not yet applied (codes NULL: none) */
 };
 
 /* Blocks that move one (slot, layer)'s window: four channels a thread. */
@@ -499,6 +536,47 @@ struct tile_job {
     const uint8_t *ring;
 };
 
+/* The pending code of tile `tile` of job j's head (0: none). */
+__device__ __forceinline__ uint32_t pending_at(const tile_args &a, const tile_job &j,
+                                               int32_t tile)
+{
+    if (!a.pending.codes)
+        return 0;
+    int64_t head = j.cell * a.d.HV + j.h;
+    return a.pending.codes[head * tiles_per_head(a.d.V, SSM_TILE_RPL) + tile];
+}
+
+/* Applies the commit `code` describes to a tile (pending_args). */
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ __forceinline__ void tile_apply_pending(head_tile<E, RPL, State> &t,
+                                                   const tile_args &a, const tile_job &j,
+                                                   uint32_t code)
+{
+    const pending_args &p = a.pending;
+    const uint8_t *records = p.records + (int64_t)j.slot * p.slot_stride +
+                             (int64_t)j.layer * p.layer_stride +
+                             ((code & SSM_PENDING_SET) ? p.set_stride : 0);
+    apply_records<E, RPL, KDA, State, Act, false>(t, a.d, records, p.layout, 0,
+                                                  (int32_t)(code & SSM_PENDING_COUNT),
+                                                  0x7fffffff, j.h,
+                                                  (code & SSM_PENDING_LAYOUT) ? 1u : 0u);
+}
+
+/* Clears the codes of tiles [first, last) of job j's head once every
+ * thread of the block has read them (a barrier: every thread calls it). */
+__device__ __forceinline__ void pending_clear(const tile_args &a, const tile_job &j,
+                                              int32_t first, int32_t last)
+{
+    __syncthreads();
+    int32_t tile = first + (int32_t)threadIdx.x;
+    if (tile < last) {
+        int64_t head = j.cell * a.d.HV + j.h;
+        uint8_t *code = a.pending.codes + head * tiles_per_head(a.d.V, SSM_TILE_RPL) + tile;
+        if (*code)
+            *code = 0;
+    }
+}
+
 /* The history (unless HISTORY is false: a job without one), tokens and
  * stores of one loaded tile of job j; PREFETCH: records are asked of L1
  * before the loops read them (token_prefetch). */
@@ -579,6 +657,7 @@ __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &
         copy_async_commit(); /* possibly empty: keeps one group per tile */
     }
     griddep_wait(); /* tokens and q come from the prologue */
+    bool pending = false;
     for (int32_t tile = first; tile < last; tile++) {
         int32_t k = tile - first;
         if (tile + STAGES - 1 < last)
@@ -588,8 +667,14 @@ __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
         tile_from_stage(t, stage[k % STAGES]);
+        uint32_t code = pending_at(a, j, tile);
+        if (code)
+            tile_apply_pending<E, RPL, KDA, State, Act>(t, a, j, code);
+        pending |= code != 0;
         tile_run<E, RPL, KDA, State, Act, false, false>(t, a, j, source);
     }
+    if (pending && !a.pending.keep) /* the same codes in every thread */
+        pending_clear(a, j, first, last);
 }
 
 /* grid (tile_blocks_per_head(V, a.passes) * jobs, HV) with jobs = rows, or
@@ -655,10 +740,25 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         /* Records, q and cursors may come from the prologue. (Waiting after
          * the state loads instead measured the same on the H200.) */
         griddep_wait();
+        uint32_t code = pending_at(a, j, first);
+        if (a.pending.only && !code)
+            return;
+        /* A verify whose prologue wrote set 0 (two launches: its commits
+           were flushed before it) says so for its commit. */
+        if (a.pending.written && !a.pending.codes && first == 0 && j.h == 0 &&
+            threadIdx.x == 0)
+            a.pending.written[j.cell] = 0;
         head_tile<E, RPL, State> t;
         tile_place(t, first);
         tile_load(t, d, source);
+        if (code) {
+            tile_apply_pending<E, RPL, KDA, State, Act>(t, a, j, code);
+            if (a.store == STORE_NONE) /* output-only: the committed state goes back */
+                tile_store(t, d, source);
+        }
         tile_run<E, RPL, KDA, State, Act, true, MIN_BLOCKS == 1>(t, a, j, source);
+        if (code && !a.pending.keep)
+            pending_clear(a, j, first, first + 1);
     }
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/fused.cuh"
 #include "kernels/cuda/identity.cuh"
+#include "kernels/cuda/pending.cuh"
 #include "ssmstate/plugin.h"
 
 namespace ssm {
@@ -787,16 +788,19 @@ inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_input
     return launch_status(s, "step kernel");
 }
 
-/* A decode in one launch: the state in place, the window advanced. */
+/* A decode in one launch: the state in place, the window advanced, a
+ * pending commit (compact; NULL: none) applied first. */
 inline ssm_status launch_decode(const gpu_common &g, const ssm_step_v1 *step, void *conv,
                                 void *state, int32_t snapshots, const int32_t *current,
-                                const ssm_services_v1 *s)
+                                const pending_args *pending, const ssm_services_v1 *s)
 {
     tile_args a = tile_for(g, step->rows, step->slots, step->layer, state, snapshots);
     a.current = current;
     tile_step_tokens(a, step);
     a.layout = step_layout(step);
     a.store = STORE_FINAL;
+    if (pending)
+        a.pending = *pending;
     return launch_step(g, a, step_inputs_for(g, step, conv, false), step->stream, s);
 }
 
@@ -804,15 +808,17 @@ inline ssm_status launch_decode(const gpu_common &g, const ssm_step_v1 *step, vo
  * advances the window, then a tile job storing the state back, for the
  * step's token, or for a prefill each piece of T_max tokens where the chunk
  * kernel does not fit the device (else launch_prefill_chunked). `state`,
- * `snapshots` and `current` as tile_for and tile_args take them. */
+ * `snapshots` and `current` as tile_for and tile_args take them. A decode
+ * applies `pending` first (compact's commit; NULL: none); a prefill takes
+ * none (launch_pending_flush before it). */
 inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, void *conv,
                                   void *state, int32_t snapshots, const int32_t *current,
-                                  const ssm_services_v1 *s)
+                                  const ssm_services_v1 *s, const pending_args *pending = NULL)
 {
     if (step->token_offsets && step->layer >= 0 && g.chunked_prefill)
         return launch_prefill_chunked(g, step, conv, state, snapshots, current, s);
     if (step->tokens == 1 && step_in_one_launch(g, step))
-        return launch_decode(g, step, conv, state, snapshots, current, s);
+        return launch_decode(g, step, conv, state, snapshots, current, pending, s);
     int32_t pieces = step->token_offsets ? (step->max_row_tokens + g.max_tokens - 1) / g.max_tokens
                                          : 1;
     for (int32_t p = 0; p < pieces; p++) {
@@ -826,6 +832,8 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
         ta.piece = pa.piece;
         ta.store = STORE_FINAL;
         ta.after_prep = true;
+        if (pending && !step->token_offsets)
+            ta.pending = *pending;
         if (st == SSM_OK)
             st = launch_tile(g, ta, step->stream, s);
         if (st != SSM_OK)
@@ -910,6 +918,56 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
 }
 
 /* ------------------------------------------------------------- commit */
+
+/* Applies the pending commits (compact, pending_args) of `rows` rows' slots
+ * to their states in place, layer `layer` or every layer (-1): a tile job
+ * of no tokens whose tiles with nothing pending return at once. Before
+ * every reader of the state that is not a step (prefill, page moves). */
+inline ssm_status launch_pending_flush(const gpu_common &g, const pending_args &p, int32_t rows,
+                                       const int32_t *slots, int32_t layer, void *state,
+                                       void *stream, const ssm_services_v1 *s)
+{
+    tile_args a = tile_for(g, rows, slots, layer, state, 1);
+    a.tokens = 0;
+    a.tok = NULL;
+    a.q = NULL;
+    a.store = STORE_FINAL;
+    a.pending = p;
+    a.pending.only = true;
+    a.pending.keep = false;
+    return launch_tile(g, a, stream, s);
+}
+
+/* Compact's commit (pending.cuh): every layer's window moved and its
+ * records marked for the next step. */
+inline ssm_status launch_pending_commit(const gpu_common &g, const pending_args &p,
+                                        const ssm_commit_v1 *commit, void *conv,
+                                        const ssm_services_v1 *s)
+{
+    if (commit->rows == 0)
+        return SSM_OK;
+    tile_args a = tile_for(g, commit->rows, commit->slots, -1, NULL, 1);
+    a.tokens = commit->tokens;
+    a.accepted = commit->accepted;
+    a.layout = commit_layout(commit);
+    a.conv = conv;
+    a.conv_rows = g.conv_rows;
+    a.pending = p;
+    int64_t jobs = (int64_t)commit->rows * g.layers;
+    int64_t windows = jobs * window_blocks(g.d.D);
+    if (jobs + windows > 0x7fffffff)
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "%lld rows x layers is more than one commit launch takes",
+                        (long long)jobs);
+    a.window_x = (int32_t)windows;
+    dim3 grid((unsigned)(windows + jobs));
+    cudaStream_t st = (cudaStream_t)commit->stream;
+    if (g.act_dtype == SSM_DTYPE_BF16)
+        pending_commit_kernel<bf16><<<grid, 32 * SSM_TILE_WARPS, 0, st>>>(a);
+    else
+        pending_commit_kernel<float><<<grid, 32 * SSM_TILE_WARPS, 0, st>>>(a);
+    return launch_status(s, "commit kernel");
+}
 
 inline commit_args commit_for(const gpu_common &g, int32_t rows, int32_t tokens,
                               const int32_t *slots, const int32_t *accepted, void *conv)
