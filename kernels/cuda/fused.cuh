@@ -320,6 +320,71 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
         step_window_arrive(a, in, p, w);
 }
 
+/* The records of a pending commit (compact, `code`) as the block's tiles
+ * apply them: k of its key head, the decays and beta of its head, v of its
+ * rows, into ptok and pv (laid out as the step's tokens), asked for by
+ * every thread at once before the prologue's barrier, so each tile then
+ * applies them from shared memory instead of waiting on each record. */
+template <int K, bool KDA, class Act>
+__device__ __forceinline__ void step_pending_stage(const tile_args &a, const step_place &p,
+                                                   uint32_t code, step_token<K, KDA> *ptok,
+                                                   float *pv)
+{
+    const dims &d = a.d;
+    const tile_job &j = p.j;
+    const pending_args &pa = a.pending;
+    const record_layout &lay = pa.layout;
+    const uint8_t *base = pa.records + (int64_t)j.slot * pa.slot_stride +
+                          (int64_t)j.layer * pa.layer_stride +
+                          ((code & SSM_PENDING_SET) ? pa.set_stride : 0);
+    const int32_t count = (int32_t)(code & SSM_PENDING_COUNT), rows = p.row_end - p.row_first;
+    const int32_t decays = KDA ? K : 1, per = K + decays + 1 + rows;
+#pragma unroll 4
+    for (int32_t i = (int32_t)threadIdx.x; i < count * per; i += (int32_t)blockDim.x) {
+        const int32_t t = i / per, e = i % per;
+        const uint8_t *record = base + (int64_t)t * lay.bytes;
+        if (e < K)
+            ptok[t].k[e] = ((const float *)(record + lay.k))[(int64_t)p.key_head * K + e];
+        else if (e < K + decays)
+            ptok[t].decay[e - K] =
+                ((const float *)(record + lay.decay))[KDA ? (int64_t)j.h * K + e - K : j.h];
+        else if (e == K + decays)
+            ptok[t].beta = ((const float *)(record + lay.beta))[j.h];
+        else
+            pv[(int64_t)t * rows + e - K - decays - 1] =
+                load((const Act *)(record + lay.v) + (int64_t)j.h * d.V + p.row_first +
+                     (e - K - decays - 1));
+    }
+}
+
+/* The staged records of a pending commit through one tile (no outputs). */
+template <int E, bool KDA, class State>
+__device__ __forceinline__ void step_apply_pending(const tile_args &a, const step_place &p,
+                                                   uint32_t code, const step_token<8 * E, KDA> *ptok,
+                                                   const float *pv,
+                                                   head_tile<E, SSM_TILE_RPL, State> &t)
+{
+    constexpr int RPL = SSM_TILE_RPL;
+    const int32_t rows = p.row_end - p.row_first, count = (int32_t)(code & SSM_PENDING_COUNT);
+    const uint32_t layout = (code & SSM_PENDING_LAYOUT) ? 1u : 0u;
+    for (int32_t i = 0; i < count; i++) {
+        token_regs<E, RPL, KDA> tk;
+        load_lane<E>(ptok[i].k, t.sub, tk.k);
+        if constexpr (KDA)
+            load_lane<E>(ptok[i].decay, t.sub, tk.decay);
+        else
+            tk.decay[0] = ptok[i].decay[0];
+        tk.beta = ptok[i].beta;
+#pragma unroll
+        for (int r = 0; r < RPL; r++) {
+            int32_t row = tile_row(t, r);
+            tk.v[r] = row < a.d.V ? pv[(int64_t)i * rows + row - p.row_first] : 0.0f;
+        }
+        float unused[RPL];
+        tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused, layout);
+    }
+}
+
 /* The step's tokens through one tile whose state is in registers, and its
  * stores: outputs, snapshots (STORE_EACH), the final state (STORE_FINAL). */
 template <int E, bool KDA, class State, class Act>
@@ -359,10 +424,13 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
 }
 
 /* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
- * threads, step_shared_bytes(T, a.passes * tile_rows(RPL) capped at V)
- * of dynamic shared memory. a.tokens tokens a row, no history; the conv
+ * threads, step_shared_bytes(T + P, a.passes * tile_rows(RPL) capped at V)
+ * of dynamic shared memory, P = max_tokens where a commit can be pending
+ * (a.pending.codes), else 0. a.tokens tokens a row, no history; the conv
  * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
- * native verify: STORE_EACH; compact verify: STORE_NONE with records.
+ * native verify: STORE_EACH; compact verify: STORE_NONE with records, after
+ * the pending commit (staged with the step's tokens, applied to each tile
+ * and stored before the tile's own tokens).
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
 template <int E, bool KDA, class State, class Act>
@@ -385,9 +453,15 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     p.record_set = pending_write_set(first_code);
     if (in.records && a.pending.written && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
         a.pending.written[p.j.cell] = (uint8_t)p.record_set;
-    bool pending = false;
-    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared;
-    float *v = (float *)(step_shared + (size_t)a.tokens * sizeof(step_token<K, KDA>));
+    /* Shared memory: the step's tokens, then the pending commit's records
+       (up to max_tokens where a commit can be pending), then their v rows. */
+    const int32_t slots = a.tokens + (a.pending.codes ? a.max_tokens : 0),
+                  rows = p.row_end - p.row_first;
+    step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared, *ptok = tok + a.tokens;
+    float *v = (float *)(step_shared + (size_t)slots * sizeof(step_token<K, KDA>));
+    float *pv = v + (int64_t)a.tokens * rows;
+    if (first_code)
+        step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
     step_window_regs w;
     step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
     for (int32_t tile = p.first; tile < p.last; tile++) {
@@ -399,16 +473,16 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
         tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
-        uint32_t code = tile == p.first ? first_code : pending_at(a, p.j, tile);
-        if (code) {
-            tile_apply_pending<E, RPL, KDA, State, Act>(t, a, p.j, code);
+        /* Every tile of a (slot, layer) has the same code (one commit set
+           them all, one step clears them all). */
+        if (first_code) {
+            step_apply_pending<E, KDA, State>(a, p, first_code, ptok, pv, t);
             if (a.store == STORE_NONE) /* a verify: the committed state goes back */
                 tile_store(t, a.d, source);
-            pending = true;
         }
         step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
-    if (pending) /* the same codes in every thread */
+    if (first_code) /* the same code in every thread */
         pending_clear(a, p.j, p.first, p.last);
     if (!in.stage)
         step_window_write<Act>(a, in, p, w);

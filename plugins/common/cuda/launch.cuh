@@ -727,7 +727,9 @@ inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 gri
 {
     /* Always opted in: the kernel's static staging (up to 32 KiB) counts
      * against the 48 KiB a launch gets without the attribute. */
-    size_t shared = step_shared_bytes<8 * E, KDA>(a.tokens, rows);
+    /* the step's tokens, and where a commit can be pending its records */
+    int32_t tokens = a.tokens + (a.pending.codes ? a.max_tokens : 0);
+    size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
     cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
