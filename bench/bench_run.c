@@ -353,7 +353,7 @@ static bench_shape shape_of(const ssm_config *c)
                      history ? (int32_t)strtol(history, NULL, 10) : HISTORY_WHEN_UNSET,
                      replay_reads_of(c, SSM_DTYPE_F32),
                      fold_rows ? (int32_t)strtol(fold_rows, NULL, 10) : FOLD_ROWS_WHEN_UNSET,
-                     c->device.type == SSM_DEVICE_CUDA};
+                     1 /* every mode runs on the GPU here: compact's commit in the next step */};
     return s;
 }
 
