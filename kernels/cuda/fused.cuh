@@ -320,6 +320,28 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
         step_window_arrive(a, in, p, w);
 }
 
+/* A token from shared memory (tok, and its v rows from the block's first
+ * row on) into this lane's registers. */
+template <int E, bool KDA, class State>
+__device__ __forceinline__ void step_token_regs(const tile_args &a, const step_place &p,
+                                                const step_token<8 * E, KDA> &tok,
+                                                const float *v,
+                                                const head_tile<E, SSM_TILE_RPL, State> &t,
+                                                token_regs<E, SSM_TILE_RPL, KDA> &tk)
+{
+    load_lane<E>(tok.k, t.sub, tk.k);
+    if constexpr (KDA)
+        load_lane<E>(tok.decay, t.sub, tk.decay);
+    else
+        tk.decay[0] = tok.decay[0];
+    tk.beta = tok.beta;
+#pragma unroll
+    for (int r = 0; r < SSM_TILE_RPL; r++) {
+        int32_t row = tile_row(t, r);
+        tk.v[r] = row < a.d.V ? v[row - p.row_first] : 0.0f;
+    }
+}
+
 /* The records of a pending commit (compact, `code`) as the block's tiles
  * apply them: k of its key head, the decays and beta of its head, v of its
  * rows, into ptok and pv (laid out as the step's tokens), asked for by
@@ -369,17 +391,7 @@ __device__ __forceinline__ void step_apply_pending(const tile_args &a, const ste
     const uint32_t layout = (code & SSM_PENDING_LAYOUT) ? 1u : 0u;
     for (int32_t i = 0; i < count; i++) {
         token_regs<E, RPL, KDA> tk;
-        load_lane<E>(ptok[i].k, t.sub, tk.k);
-        if constexpr (KDA)
-            load_lane<E>(ptok[i].decay, t.sub, tk.decay);
-        else
-            tk.decay[0] = ptok[i].decay[0];
-        tk.beta = ptok[i].beta;
-#pragma unroll
-        for (int r = 0; r < RPL; r++) {
-            int32_t row = tile_row(t, r);
-            tk.v[r] = row < a.d.V ? pv[(int64_t)i * rows + row - p.row_first] : 0.0f;
-        }
+        step_token_regs(a, p, ptok[i], pv + (int64_t)i * rows, t, tk);
         float unused[RPL];
         tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused, layout);
     }
@@ -400,17 +412,7 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
     const int32_t rows = p.row_end - p.row_first;
     for (int32_t i = 0; i < a.tokens; i++) {
         token_regs<E, RPL, KDA> tk;
-        load_lane<E>(tok[i].k, t.sub, tk.k);
-        if constexpr (KDA)
-            load_lane<E>(tok[i].decay, t.sub, tk.decay);
-        else
-            tk.decay[0] = tok[i].decay[0];
-        tk.beta = tok[i].beta;
-#pragma unroll
-        for (int r = 0; r < RPL; r++) {
-            int32_t row = tile_row(t, r);
-            tk.v[r] = row < d.V ? v[(int64_t)i * rows + row - p.row_first] : 0.0f;
-        }
+        step_token_regs(a, p, tok[i], v + (int64_t)i * rows, t, tk);
         float o[RPL];
         tile_token<E, RPL, KDA, State>(t, tk, a.out ? tok[i].q : (const float *)0, o, a.layout);
         if (a.out)

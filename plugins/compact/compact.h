@@ -1,9 +1,9 @@
 /* The compact mode (docs/modes.md): per slot one state and, per layer, the
  * records of this round's verified tokens. Verify reads the state, computes
- * outputs with native's per-token rounding and writes records and outputs,
- * never the state; commit applies the accepted records through the update
- * native runs and writes the state once. Memory is one state instead of 1 + max
- * draft. */
+ * outputs with native's per-token rounding and writes records and outputs;
+ * commit applies the accepted records through the update native runs and
+ * writes the state once (on the GPU the next step does, on its way: see
+ * compact_cuda.cu). Memory is one state instead of 1 + max draft. */
 #ifndef SSM_COMPACT_H
 #define SSM_COMPACT_H
 

@@ -26,7 +26,9 @@ static const char *const tune_prefill_names[PREFILL_CANDIDATES] = {"auto", "rows
 
 /* How a mode's steps use the recurrence, so its timings run the job it
  * serves: native's verify stores each token's state (snapshots), compact's
- * and replay's store none; compact's commit replays records. */
+ * and replay's store none. replays_commit: the mode's commit replays
+ * records in a tile job of its own (no built-in mode's does: compact's next
+ * step applies them, kernels/cuda/pending.cuh). */
 struct tune_profile {
     bool verify_snapshots;
     bool replays_commit;
