@@ -428,14 +428,15 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
 /* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
  * threads, step_shared_bytes(T + P, a.passes * tile_rows(RPL) capped at V)
  * of dynamic shared memory, P = max_tokens where a commit can be pending
- * (a.pending.codes), else 0. a.tokens tokens a row, no history; the conv
+ * (PENDING: a.pending.codes is set), else 0; without PENDING the kernel
+ * has no code for it at all. a.tokens tokens a row, no history; the conv
  * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
  * native verify: STORE_EACH; compact verify: STORE_NONE with records, after
  * the pending commit (staged with the step's tokens, applied to each tile
  * and stored before the tile's own tokens).
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
-template <int E, bool KDA, class State, class Act>
+template <int E, bool KDA, class State, class Act, bool PENDING>
 __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
                                                                        step_inputs in)
 {
@@ -451,13 +452,13 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     copy_async_commit();
     /* A pending commit (compact) is read before anyone clears it; this
        step's records go to the other set, and its commit is told which. */
-    const uint32_t first_code = pending_at(a, p.j, p.first);
-    p.record_set = pending_write_set(first_code);
-    if (in.records && a.pending.written && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
+    const uint32_t first_code = PENDING ? pending_at(a, p.j, p.first) : 0u;
+    p.record_set = PENDING ? pending_write_set(first_code) : 0;
+    if (PENDING && in.records && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
         a.pending.written[p.j.cell] = (uint8_t)p.record_set;
     /* Shared memory: the step's tokens, then the pending commit's records
        (up to max_tokens where a commit can be pending), then their v rows. */
-    const int32_t slots = a.tokens + (a.pending.codes ? a.max_tokens : 0),
+    const int32_t slots = a.tokens + (PENDING ? a.max_tokens : 0),
                   rows = p.row_end - p.row_first;
     step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared, *ptok = tok + a.tokens;
     float *v = (float *)(step_shared + (size_t)slots * sizeof(step_token<K, KDA>));
@@ -466,6 +467,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
     step_window_regs w;
     step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
+    if (first_code) /* every thread read it before the prologue's barrier */
+        pending_clear_read(a, p.j, p.first, p.last);
     for (int32_t tile = p.first; tile < p.last; tile++) {
         int32_t k = tile - p.first;
         if (tile + 1 < p.last)
@@ -484,8 +487,6 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
         }
         step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
-    if (first_code) /* the same code in every thread */
-        pending_clear(a, p.j, p.first, p.last);
     if (!in.stage)
         step_window_write<Act>(a, in, p, w);
 }

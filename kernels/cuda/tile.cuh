@@ -562,12 +562,11 @@ __device__ __forceinline__ void tile_apply_pending(head_tile<E, RPL, State> &t,
                                                   (code & SSM_PENDING_LAYOUT) ? 1u : 0u);
 }
 
-/* Clears the codes of tiles [first, last) of job j's head once every
- * thread of the block has read them (a barrier: every thread calls it). */
-__device__ __forceinline__ void pending_clear(const tile_args &a, const tile_job &j,
-                                              int32_t first, int32_t last)
+/* Clears the codes of tiles [first, last) of job j's head; every thread
+ * of the block must have read them before (a barrier in between). */
+__device__ __forceinline__ void pending_clear_read(const tile_args &a, const tile_job &j,
+                                                   int32_t first, int32_t last)
 {
-    __syncthreads();
     int32_t tile = first + (int32_t)threadIdx.x;
     if (tile < last) {
         int64_t head = j.cell * a.d.HV + j.h;
@@ -575,6 +574,14 @@ __device__ __forceinline__ void pending_clear(const tile_args &a, const tile_job
         if (*code)
             *code = 0;
     }
+}
+
+/* The same after a barrier of its own: every thread calls it. */
+__device__ __forceinline__ void pending_clear(const tile_args &a, const tile_job &j,
+                                              int32_t first, int32_t last)
+{
+    __syncthreads();
+    pending_clear_read(a, j, first, last);
 }
 
 /* The history (unless HISTORY is false: a job without one), tokens and

@@ -6,6 +6,7 @@
  * memory twice a round instead of three times. Every other reader of a
  * slot's state applies them first: export and copy into their copy,
  * prefill and page moves in place (a flush). */
+#define SSM_STEP_PENDING 1 /* steps apply the commit before them (launch.cuh) */
 #include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
 #include "plugins/common/cuda/tune.cuh"

@@ -721,18 +721,38 @@ inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
            (step_whole_heads(g, step->rows) && (g.d.kda || heads <= ONE_LAUNCH_DECODE_HEADS));
 }
 
+/* Whether this plugin's steps can find a commit pending (compact defines
+ * it to 1 before including this file): only then is the step kernel's
+ * variant that applies one compiled, the others keep no code for it. */
+#ifndef SSM_STEP_PENDING
+#define SSM_STEP_PENDING 0
+#endif
+
+template <int E, bool KDA, class State, class Act, bool PENDING>
+inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 grid,
+                                int32_t rows, cudaStream_t st)
+{
+    /* Always opted in: the kernel's static staging (up to 32 KiB) counts
+     * against the 48 KiB a launch gets without the attribute. The step's
+     * tokens, and where a commit can be pending its records. */
+    int32_t tokens = a.tokens + (PENDING ? a.max_tokens : 0);
+    size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
+    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, PENDING>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    step_kernel<E, KDA, State, Act, PENDING><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+}
+
 template <int E, bool KDA, class State, class Act>
 inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 grid, int32_t rows,
                              cudaStream_t st)
 {
-    /* Always opted in: the kernel's static staging (up to 32 KiB) counts
-     * against the 48 KiB a launch gets without the attribute. */
-    /* the step's tokens, and where a commit can be pending its records */
-    int32_t tokens = a.tokens + (a.pending.codes ? a.max_tokens : 0);
-    size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
-    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    step_kernel<E, KDA, State, Act><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+    if constexpr (SSM_STEP_PENDING) {
+        if (a.pending.codes) {
+            launch_step_pending<E, KDA, State, Act, true>(a, in, grid, rows, st);
+            return;
+        }
+    }
+    launch_step_pending<E, KDA, State, Act, false>(a, in, grid, rows, st);
 }
 
 template <class State, class Act>
