@@ -16,6 +16,12 @@
  * block is 4 independent warps. The results are not compared with anything:
  * the update is the recurrence's, but the sums' order differs by layout.
  *
+ * Beside them: rows8 writing its state to another buffer ("rows8 out"), a
+ * copy kernel in place and to another buffer with the same code ("copy4 in",
+ * "copy4 out"), cudaMemcpyAsync, and the prologue's memory and math alone
+ * (conv of three window rows and the token, SiLU, the q/k norms, the window
+ * written back; "prologue"): what a separate prologue kernel cannot go below.
+ *
  * Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90
  *        bench/bench_decode_unit.cu -o bench_decode_unit
  *        (bench/device_stage.sh does, and device_quick.sh's `unit` step runs it)
@@ -44,14 +50,15 @@ __device__ __forceinline__ float sum_lanes(float x, int lanes)
 }
 
 /* ssmstate's layout: lane sub = lane % 8 of row lane / 8 (+4 for the second row). */
-__global__ void __launch_bounds__(128) rows8_kernel(float *state, inputs in, int B)
+__global__ void __launch_bounds__(128) rows8_kernel(const float *state, float *dst, inputs in, int B)
 {
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     const int slabs = V / 8, b = warp / (HV * slabs), h = (warp / slabs) % HV;
     if (b >= B)
         return;
     const int row0 = (warp % slabs) * 8 + lane / 8, sub = lane % 8;
-    float *s_head = state + ((size_t)b * HV + h) * V * K;
+    const float *s_head = state + ((size_t)b * HV + h) * V * K;
+    float *d_head = dst + ((size_t)b * HV + h) * V * K;
     float s[2][16];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -99,7 +106,7 @@ __global__ void __launch_bounds__(128) rows8_kernel(float *state, inputs in, int
     for (int i = 0; i < 2; i++) {
 #pragma unroll
         for (int c = 0; c < 4; c++)
-            *(float4 *)(s_head + (size_t)(row0 + 4 * i) * K + c * 32 + sub * 4) =
+            *(float4 *)(d_head + (size_t)(row0 + 4 * i) * K + c * 32 + sub * 4) =
                 make_float4(s[i][4 * c], s[i][4 * c + 1], s[i][4 * c + 2], s[i][4 * c + 3]);
         if (sub == 0)
             in.out[((size_t)b * HV + h) * V + row0 + 4 * i] = o[i];
@@ -154,6 +161,75 @@ __global__ void copy_kernel(float4 *state, size_t n4)
     }
 }
 
+/* Four float4 a thread, all four loads before any store, from src to dst:
+ * dst == src is the in-place form. Same code either way, so the two differ
+ * only in where the stores land. */
+__global__ void __launch_bounds__(256) copy4_kernel(const float4 *src, float4 *dst, size_t n4)
+{
+    size_t i = (blockIdx.x * (size_t)blockDim.x) * 4 + threadIdx.x;
+    float4 x[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        if (i + u * blockDim.x < n4)
+            x[u] = src[i + u * blockDim.x];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        if (i + u * blockDim.x < n4) {
+            x[u].x += 1.0f;
+            dst[i + u * blockDim.x] = x[u];
+        }
+}
+
+/* The prologue's memory and math alone: per row, D = 2 H K + HV V bf16
+ * channels, 8 a thread (one 16-byte load each of three window rows and the
+ * token), the width-4 conv, SiLU, the norm of q and k heads (16 lanes a
+ * head), the window written back and the values in fp32; the gates and beta
+ * by the first HV threads of each row. The floor a prologue kernel can reach. */
+__global__ void __launch_bounds__(256) prologue_kernel(uint4 *window, const uint4 *x,
+                                                       const float *weight, float *out,
+                                                       const float *gate, float *decay, int B)
+{
+    constexpr int D = 2 * H * K + HV * V, per_row = D / 8;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x, b = t / per_row, c8 = t % per_row;
+    if (b >= B)
+        return;
+    uint4 w[4];
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+        w[i] = window[((size_t)b * 3 + i) * per_row + c8];
+    w[3] = x[(size_t)b * per_row + c8];
+    float4 wt[8];
+#pragma unroll
+    for (int ch = 0; ch < 8; ch++)
+        wt[ch] = *(const float4 *)(weight + (c8 * 8 + ch) * 4);
+    float value[8], squares = 0.0f;
+#pragma unroll
+    for (int ch = 0; ch < 8; ch++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const unsigned short *h = (const unsigned short *)&w[i];
+            float f = __uint_as_float((unsigned)h[ch] << 16);
+            acc += (&wt[ch].x)[i] * f;
+        }
+        value[ch] = acc / (1.0f + __expf(-acc));
+        squares += value[ch] * value[ch];
+    }
+    for (int o = 8; o > 0; o >>= 1)
+        squares += __shfl_xor_sync(0xffffffffu, squares, o);
+    const float inv = c8 * 8 < 2 * H * K ? rsqrtf(squares + 1e-6f) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+        window[((size_t)b * 3 + i) * per_row + c8] = w[i + 1];
+    float4 *o = (float4 *)(out + (size_t)b * D + c8 * 8);
+    o[0] = make_float4(value[0] * inv, value[1] * inv, value[2] * inv, value[3] * inv);
+    o[1] = make_float4(value[4] * inv, value[5] * inv, value[6] * inv, value[7] * inv);
+    if (c8 < HV) {
+        float g = gate[b * HV + c8];
+        decay[b * HV + c8] = __expf(-__logf(1.0f + __expf(g)));
+    }
+}
+
 template <class F> float median_us(F launch)
 {
     cudaEvent_t a, b;
@@ -193,8 +269,10 @@ int main(int argc, char **argv)
     printf("%6s  %-12s %10s %10s %8s\n", "B", "kernel", "median us", "GB/s", "% copy");
     for (int B : batches) {
         size_t state_n = (size_t)B * HV * V * K;
-        float *state, *k, *q, *v, *decay, *beta, *out;
+        float *state, *other, *k, *q, *v, *decay, *beta, *out;
         cudaMalloc(&state, state_n * sizeof(float));
+        cudaMalloc(&other, state_n * sizeof(float));
+        cudaMemset(other, 0, state_n * sizeof(float));
         cudaMalloc(&k, (size_t)B * H * K * sizeof(float));
         cudaMalloc(&q, (size_t)B * H * K * sizeof(float));
         cudaMalloc(&v, (size_t)B * HV * V * sizeof(float));
@@ -214,12 +292,46 @@ int main(int argc, char **argv)
             copy_kernel<<<copy_blocks, 256>>>((float4 *)state, state_n / 4);
         });
         int warps8 = B * HV * (V / 8), warps16 = B * HV * (V / 16);
-        float rows8 = median_us([&] { rows8_kernel<<<(warps8 + 3) / 4, 128>>>(state, in, B); });
+        float rows8 = median_us([&] { rows8_kernel<<<(warps8 + 3) / 4, 128>>>(state, state, in, B); });
+        float rows8_out = median_us([&] { rows8_kernel<<<(warps8 + 3) / 4, 128>>>(state, other, in, B); });
+        size_t n4 = state_n / 4, copy4_blocks = (n4 + 1023) / 1024;
+        float copy4_in = median_us([&] {
+            copy4_kernel<<<copy4_blocks, 256>>>((const float4 *)state, (float4 *)state, n4);
+        });
+        float copy4_out = median_us([&] {
+            copy4_kernel<<<copy4_blocks, 256>>>((const float4 *)state, (float4 *)other, n4);
+        });
+        float memcpy_us = median_us([&] {
+            cudaMemcpyAsync(other, state, state_n * sizeof(float), cudaMemcpyDeviceToDevice, 0);
+        });
+        constexpr int D = 2 * H * K + HV * V;
+        uint4 *pw, *px;
+        float *pweight, *pout, *pgate, *pdecay;
+        cudaMalloc(&pw, (size_t)B * 3 * D * 2);
+        cudaMalloc(&px, (size_t)B * D * 2);
+        cudaMalloc(&pweight, (size_t)D * 4 * sizeof(float));
+        cudaMalloc(&pout, (size_t)B * D * sizeof(float));
+        cudaMalloc(&pgate, (size_t)B * HV * sizeof(float));
+        cudaMalloc(&pdecay, (size_t)B * HV * sizeof(float));
+        cudaMemset(pw, 0, (size_t)B * 3 * D * 2);
+        cudaMemset(px, 0, (size_t)B * D * 2);
+        cudaMemset(pweight, 0, (size_t)D * 4 * sizeof(float));
+        cudaMemset(pgate, 0, (size_t)B * HV * sizeof(float));
+        int pthreads = B * (D / 8);
+        float prologue = median_us([&] {
+            prologue_kernel<<<(pthreads + 255) / 256, 256>>>(pw, px, pweight, pout, pgate, pdecay, B);
+        });
+        double pbytes = (double)B * D * 2 * (3 + 1 + 3) + (double)B * D * 4;
+        printf("%6d  %-12s %10.2f %10.1f %8s   (bytes %.1f MB)\n", B, "prologue", prologue,
+               pbytes / prologue / 1e3, "-", pbytes / 1e6);
+        cudaFree(pw), cudaFree(px), cudaFree(pweight), cudaFree(pout), cudaFree(pgate), cudaFree(pdecay);
         float lanes8 = median_us([&] { lanes32_kernel<8><<<(warps8 + 3) / 4, 128>>>(state, in, B); });
         float lanes16 =
             median_us([&] { lanes32_kernel<16><<<(warps16 + 3) / 4, 128>>>(state, in, B); });
         struct row { const char *name; float us; } rows[] = {
-            {"copy", copy}, {"rows8", rows8}, {"lanes32 R8", lanes8}, {"lanes32 R16", lanes16}};
+            {"copy", copy}, {"copy4 in", copy4_in}, {"copy4 out", copy4_out},
+            {"memcpy", memcpy_us}, {"rows8", rows8}, {"rows8 out", rows8_out},
+            {"lanes32 R8", lanes8}, {"lanes32 R16", lanes16}};
         for (const row &r : rows)
             printf("%6d  %-12s %10.2f %10.1f %8.1f\n", B, r.name, r.us, bytes / r.us / 1e3,
                    100.0 * copy / r.us);
@@ -228,6 +340,7 @@ int main(int argc, char **argv)
             printf("CUDA error: %s\n", cudaGetErrorString(e));
             return 1;
         }
+        cudaFree(other);
         cudaFree(state), cudaFree(k), cudaFree(q), cudaFree(v), cudaFree(decay), cudaFree(beta),
             cudaFree(out);
     }
