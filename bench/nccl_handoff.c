@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "ssmstate/ssmstate.h"
+#include "tools/rng.h"
 
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
@@ -330,36 +331,6 @@ enum {
     STREAM_OFFSETS = 4,
     STREAM_NORMALS = 5
 };
-
-typedef struct rng {
-    uint64_t state;
-} rng;
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* A splitmix64 stream keyed by (seed, stream, a, b). */
-static rng rng_at(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b)
-{
-    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull * stream);
-    h = mix64(h ^ (a + 0x632be59bd9b4e019ull));
-    return (rng){mix64(h ^ (b + 0x8cb92ba72f3d8dd7ull))};
-}
-
-static uint64_t rng_next(rng *r)
-{
-    r->state += 0x9e3779b97f4a7c15ull;
-    return mix64(r->state);
-}
-
-static double rng_uniform(rng *r) /* [0, 1) */
-{
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
 
 /* Uniform integer in [lo, hi]. */
 static int64_t rng_range(rng *r, int64_t lo, int64_t hi)

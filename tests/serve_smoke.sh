@@ -12,7 +12,8 @@
 # on 3 (--check-threads), passed and spoiled; measured steps with no row to
 # run are idle steps, neither timed nor counted; on the CPU the defaults make
 # the example a run of seconds; Ctrl-C (SIGINT) stops a run, which prints and
-# writes what it measured until then and exits 130.
+# writes what it measured until then and exits 130; a progress line per level
+# on stderr unless --quiet.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -37,11 +38,12 @@ report() { # status, name
 small="--device cpu --state-budget 1M --steps 12 --warmup-steps 60 --prompt 4:48 --output 4:24
        --chunk 32 --check 3 --seed 5 --quiet"
 
-echo "1..15"
+echo "1..16"
 # shellcheck disable=SC2086 # $small is several words on purpose
 "$ssmstate" serve "$config" $small --modes all --state f32,bf16 --json "$tmp/run.json" \
     >"$tmp/out" 2>"$tmp/err"
 rc=$?
+cp "$tmp/err" "$tmp/quiet_err"
 cat "$tmp/out" >>"$tmp/err"
 report "$rc" "serve runs every mode and dtype (exit $rc)"
 
@@ -217,4 +219,14 @@ rc=$?
     grep -q '"interrupted":true' "$tmp/stopped.json" &&
     grep -q '"points":\[{"concurrency":1,' "$tmp/stopped.json"
 report $? "Ctrl-C stops the run and keeps what was measured (exit $rc)"
+
+# Progress: a line per level on stderr as each finishes, none with --quiet.
+quiet_lines=$(grep -c "concurrency [0-9]*: " "$tmp/quiet_err" 2>/dev/null || true)
+# shellcheck disable=SC2086 # $small is several words on purpose
+"$ssmstate" serve "$config" $(echo $small | sed 's/--quiet//') --modes native --state f32 \
+    >/dev/null 2>"$tmp/err"
+progress="^serve: [a-z]+ f32 native: concurrency [0-9]+: $x tokens/s, step p50 [0-9.e+-]+ ms"
+progress="$progress \\([0-9]+ warm-up \\+ [0-9]+ steps\\)$"
+[ "$(grep -cE "$progress" "$tmp/err")" -ge 1 ] && [ "$quiet_lines" -eq 0 ]
+report $? "a progress line per level on stderr, none with --quiet"
 [ "$fails" -eq 0 ]

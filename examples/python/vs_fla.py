@@ -16,7 +16,13 @@ torch prologue (reported apart); ssmstate's include its own prologue.
 usage: vs_fla.py [--mode native|compact|replay] [--rows B] [--prompt P] [--steps N]
                  [--state f32|bf16] [--reps R]
 Shape: Qwen3-Next's GDN layer (H 16, HV 32, K = V = 128, W 4).
-Exit status: 0 done, 1 a difference above 5e-2 (something is wrong), 2 bad usage,
+Each difference is held to what the numerics contract (docs/numerics.md) allows
+the two libraries together: each may be 5e-3 from fp64 after a chunked prefill
+(fla's own numerics), and every later step carries that state, so outputs and
+final states may differ by 1e-2 (2e-2 with a bf16 state, which the contract
+allows 1e-2 from fp64 on its own); the conv windows are the raw inputs and
+must be identical. A last line says whether they agree.
+Exit status: 0 they agree, 1 a difference past its bound, 2 bad usage,
 77 torch, a GPU, fla-core or a CUDA build of libssmstate is missing (says which).
 """
 import argparse
@@ -27,6 +33,9 @@ import sys
 H, HV, K, V, W = 16, 32, 128, 128, 4
 D = 2 * H * K + HV * V
 T_VERIFY = 4
+# What the numerics contract lets the two libraries differ by (the docstring):
+# twice the chunked prefill's 5e-3 from fp64, or twice a bf16 state's 1e-2.
+AGREE_F32, AGREE_BF16 = 1e-2, 2e-2
 
 
 def skip(why):
@@ -274,10 +283,15 @@ def main():
     print(f"GDN layer H {H}, HV {HV}, K {K}, V {V}, W {W}; ssmstate {args.mode} "
           f"({args.state} state, bf16 activations), fla-core on {torch.cuda.get_device_name()}")
     print(f"B {B}, prompt {P}, {args.steps} decode steps, one verify round of {T_VERIFY}")
-    worst = 0.0
+    bound = AGREE_F32 if args.state == "f32" else AGREE_BF16
+    agree = True
     for what, d in report:
-        print(f"  relative RMS difference, {what:38s} {d:.2e}")
-        worst = max(worst, d)
+        limit = 0.0 if what == "conv windows" else bound
+        ok = d <= limit  # NaN never passes
+        agree = agree and ok
+        print(f"  relative RMS difference, {what:38s} {d:.2e}  (bound {limit:.0e}: "
+              f"{'within' if ok else 'PAST IT'})")
+    print(f"ssmstate and fla-core {'agree' if agree else 'DISAGREE'} within the numerics contract")
 
     # times
     fargs, _ = fla.prologue(x, a, b)
@@ -301,7 +315,7 @@ def main():
         ms, how = timed(fn, reps, graph)
         print(f"{call:8s} {what:22s} {ms:10.4f}  {how}", flush=True)
     ctx.close()
-    return 1 if worst > 5e-2 else 0
+    return 0 if agree else 1
 
 
 if __name__ == "__main__":

@@ -37,3 +37,4 @@ def test_vs_fla_runs_or_says_why_not():
         assert r.stdout.startswith("vs_fla: skipped: "), r.stdout
     else:
         assert "relative RMS difference" in r.stdout
+        assert "ssmstate and fla-core agree within the numerics contract" in r.stdout, r.stdout
