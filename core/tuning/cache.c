@@ -20,7 +20,7 @@
 #include "core/tuning/cache.h"
 
 static const char *const family_names[SSM_TUNE_FAMILIES] = {"layout", "decode",   "verify",
-                                                            "commit", "identity", "prefill"};
+                                                            "commit", "outputs", "prefill"};
 
 const char *tuning_family_name(int32_t family)
 {

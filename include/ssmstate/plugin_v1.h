@@ -63,7 +63,7 @@ enum {
     SSM_TUNE_DECODE = 1,   /* one-token recurrence jobs (decode) */
     SSM_TUNE_VERIFY = 2,   /* multi-token recurrence jobs (verify, folds, prefill pieces) */
     SSM_TUNE_COMMIT = 3,   /* commits that replay records (compact) */
-    SSM_TUNE_IDENTITY = 4, /* replay's output identity */
+    SSM_TUNE_OUTPUTS = 4,  /* output-only reads: outputs computed without a state update */
     SSM_TUNE_PREFILL = 5,  /* the chunked prefill's scan */
     SSM_TUNE_FAMILIES = 6
 };
