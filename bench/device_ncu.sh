@@ -2,7 +2,8 @@
 # ncu's view of the decode kernels that miss their targets, over what
 # bench/device_stage.sh staged (carry .device/stage): native decode at
 # B = 256 and 64 (prologue and tile job), replay's decode (prologue and
-# identity kernel) at B = 256, and both again as one-launch steps. Per kernel: duration, DRAM throughput,
+# identity kernel) at B = 256, and both again as one-launch steps (native's
+# at B = 1 too). Per kernel: duration, DRAM throughput,
 # occupancy, registers, issue activity and the top warp stalls; then the
 # prologue's SASS with per-line counts (prep_sass.csv). Full CSV under
 # $OUT_NCU (else $OUT)/ncu_*.csv. About two minutes.
@@ -55,6 +56,7 @@ PY
 probe native256 0 native 256 'prep|tile_kernel' 2
 probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
 probe step256 1 native 256 'step_kernel' 1
+probe step1 1 native 1 'step_kernel' 1
 probe replay256_one 1 replay 256 'prep|identity|commit' 3
 
 # The prologue instruction by instruction: its SASS with the executed
