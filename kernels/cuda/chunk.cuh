@@ -35,12 +35,13 @@ namespace ssm {
 #define SSM_CHUNK_THREADS 256
 
 /* Where a chunk job's inputs and outputs are, in elements. Row r of the
- * launch (blockIdx.z) reads the inputs of `in_row` = slots[r] (slots NULL:
- * r; -1: padding, skipped; outside [0, capacity): skipped and flagged):
+ * launch (blockIdx.z) runs slot = slots[r] (slots NULL: r; -1: padding,
+ * skipped; outside [0, capacity): skipped and flagged) and reads the inputs
+ * of `in_row` (r with rows_own_inputs, else slot):
  * q of (in_row, token t, key head) at q + in_row * q_row + t * q_token +
  * head * K, likewise k, v ([HV][V] per token, Act), g ([HV] for GDN,
  * [HV][K] for KDA: log-decays) and beta ([HV]). Its state is
- * state + ((in_row * layers + layer) * snapshots + (current ? current[in_row]
+ * state + ((slot * layers + layer) * snapshots + (current ? current[slot]
  * : 0)) * HV * V * K ([HV][V][K], State). Its tokens: counts[r], or with
  * token_offsets the prefill piece's, clamp(token_offsets[r + 1] -
  * token_offsets[r] - piece, 0, SSM_CHUNK_TOKENS). Outputs ([HV][V] per
@@ -53,8 +54,9 @@ struct chunk_args {
     const int32_t *slots;
     int32_t capacity;
     uint32_t *flags;
-    /* The inputs of row r at in_row r, not its slot (chunk_tc.cuh only:
-     * a prefill of several chunks a launch, whose scratch is by row). */
+    /* The inputs of row r at in_row r, not its slot (a prefill, whose
+     * scratch is by row: it holds a bounded number of chunks, not one a
+     * slot). */
     bool rows_own_inputs;
     /* chunk_tc.cuh only: its products on bf16 operands, one pass each,
      * instead of 3xTF32 (the inverse of I + A keeps 3xTF32). */
@@ -107,10 +109,11 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, threads = blockDim.x;
     const int32_t warp = tid >> 5, lane = tid & 31, warps = threads >> 5;
-    const int32_t in_row = a.slots ? a.slots[r] : r;
-    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
+    const int32_t slot = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(slot, a.capacity, a.flags,
                                  blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
         return;
+    const int64_t in_row = a.rows_own_inputs ? r : slot; /* where the row's inputs are */
     int32_t n;
     if (a.token_offsets) {
         int32_t left = a.token_offsets[r + 1] - a.token_offsets[r] - a.piece;
@@ -127,8 +130,8 @@ __global__ void __launch_bounds__(SSM_CHUNK_THREADS, 1) chunk_kernel(chunk_args 
     float *W = G; /* W takes G's place once G is spent (step e) */
     const int32_t key_head = h / a.group;
     const int64_t head = (int64_t)a.V * K;
-    const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
-                             (a.current ? a.current[in_row] : 0);
+    const int64_t snapshot = ((int64_t)slot * a.layers + a.layer) * a.snapshots +
+                             (a.current ? a.current[slot] : 0);
     State *state = (State *)a.state + (snapshot * a.HV + h) * head;
     const Act *values = (const Act *)a.v;
     Act *out = (Act *)a.out;

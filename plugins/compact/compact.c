@@ -69,8 +69,10 @@ static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *ou
     out->shared_bytes = ssm_state_bytes(&p->model, p->state_dtype) +
                         (uint64_t)scratch_floats(&p->model) * sizeof(float);
 #ifdef HAVE_CUDA
-    if (p->device.type == SSM_DEVICE_CUDA)
+    if (p->device.type == SSM_DEVICE_CUDA) {
         out->scratch_bytes += compact_cuda_scratch_bytes(p); /* token scratch and q */
+        out->shared_bytes += compact_cuda_shared_bytes(p); /* the chunked prefill's scratch */
+    }
 #endif
     return SSM_OK;
 }

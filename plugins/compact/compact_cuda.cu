@@ -38,6 +38,11 @@ extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
     return gpu_scratch_bytes(p) + codes_per_slot(p) + (size_t)p->model.layers;
 }
 
+extern "C" size_t compact_cuda_shared_bytes(const ssm_mode_params_v1 *p)
+{
+    return gpu_shared_bytes(p);
+}
+
 extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
 {
     return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false).bytes;

@@ -48,8 +48,10 @@ static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
     out->scratch_bytes = sizeof(int32_t); /* the current snapshot index */
     out->shared_bytes = (uint64_t)ssm_cpu_scratch_floats(&p->model) * sizeof(float);
 #ifdef HAVE_CUDA
-    if (p->device.type == SSM_DEVICE_CUDA)
+    if (p->device.type == SSM_DEVICE_CUDA) {
         out->scratch_bytes += native_cuda_scratch_bytes(p); /* token scratch and q */
+        out->shared_bytes += native_cuda_shared_bytes(p); /* the chunked prefill's scratch */
+    }
 #endif
     return SSM_OK;
 }

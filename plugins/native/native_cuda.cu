@@ -23,6 +23,11 @@ extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
     return gpu_scratch_bytes(p);
 }
 
+extern "C" size_t native_cuda_shared_bytes(const ssm_mode_params_v1 *p)
+{
+    return gpu_shared_bytes(p);
+}
+
 extern "C" ssm_status native_cuda_create(native_mode *n)
 {
     const ssm_services_v1 *s = n->base.services;

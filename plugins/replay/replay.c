@@ -259,8 +259,10 @@ static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out
     out->shared_bytes = (uint64_t)host_layout_of(p, &options).total * sizeof(float) +
                         (uint64_t)p->max_tokens * sizeof(ssm_ref_token);
 #ifdef HAVE_CUDA
-    if (p->device.type == SSM_DEVICE_CUDA)
+    if (p->device.type == SSM_DEVICE_CUDA) {
         out->scratch_bytes += replay_cuda_scratch_bytes(p); /* token scratch, q, ring starts, folded cursors */
+        out->shared_bytes += replay_cuda_shared_bytes(p); /* the chunked prefill's scratch */
+    }
 #endif
     return SSM_OK;
 }

@@ -37,11 +37,13 @@ struct gpu_common {
     int64_t state_elems;  /* one layer: HV * V * K */
     uint8_t *tokens;      /* [capacity][max_tokens] records (decode, native verify) */
     float *q;             /* [capacity][max_tokens][H][K] normalized, scaled */
-    /* The chunked prefill's piece: [capacity][SSM_CHUNK_TOKENS] records (the
-     * decay field holding the log-decay) and their q. */
+    /* The chunked prefill's pieces: prefill_units chunks, each of
+     * SSM_CHUNK_TOKENS records (the decay field holding the log-decay) and
+     * their q, by row of a group of the step's rows (launch_prefill_chunked). */
+    int32_t prefill_units;
     uint8_t *prefill_tokens;
     float *prefill_q;
-    float *prefill_work;  /* [capacity][HV] records of chunk_tc.cuh (its shapes only) */
+    float *prefill_work;  /* [prefill_units][HV] records of chunk_tc.cuh (its shapes only) */
     uint32_t *flags;      /* the core's device flag words */
     int32_t *slot_table;  /* [capacity]: slot_table[s] == s, for one-slot jobs */
     /* [capacity][layers][H]: the fused decode's window counters (fused.cuh),
@@ -74,15 +76,37 @@ inline size_t prefill_work_bytes(const ssm_model_dims &m)
            sizeof(float);
 }
 
-/* Bytes per slot of the token scratch and q buffer, the prefill's
- * (SSM_CHUNK_TOKENS tokens and its work records) included. */
-inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
+/* Chunks the prefill's scratch holds: one a slot up to
+ * SSM_PREFILL_CHUNKS_MAX, a whole pass of one row; a prefill of more rows
+ * runs them in groups (launch_prefill_chunked), so the scratch does not
+ * grow with the pool. */
+#define SSM_PREFILL_CHUNKS_MAX 64
+inline int32_t prefill_units_of(const ssm_mode_params_v1 *p)
+{
+    return p->capacity < SSM_PREFILL_CHUNKS_MAX ? p->capacity : SSM_PREFILL_CHUNKS_MAX;
+}
+
+/* Bytes of one token's record and q in the scratch. */
+inline size_t gpu_token_bytes(const ssm_mode_params_v1 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
-    size_t q = (size_t)p->model.heads * p->model.key_dim * sizeof(float);
+    return (size_t)raw.bytes + (size_t)p->model.heads * p->model.key_dim * sizeof(float);
+}
+
+/* Bytes per slot of the token scratch and q buffer (a step's tokens) and
+ * the fused decode's counters. */
+inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
+{
     size_t arrivals = (size_t)p->model.layers * p->model.heads * sizeof(int32_t);
-    return ((size_t)p->max_tokens + SSM_CHUNK_TOKENS) * ((size_t)raw.bytes + q) +
-           prefill_work_bytes(p->model) + arrivals;
+    return (size_t)p->max_tokens * gpu_token_bytes(p) + arrivals;
+}
+
+/* Bytes per context of the chunked prefill's scratch: prefill_units_of
+ * chunks of tokens and their work records. */
+inline size_t gpu_shared_bytes(const ssm_mode_params_v1 *p)
+{
+    return (size_t)prefill_units_of(p) *
+           (SSM_CHUNK_TOKENS * gpu_token_bytes(p) + prefill_work_bytes(p->model));
 }
 
 /* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
@@ -168,14 +192,15 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
     size_t slots = (size_t)p->capacity * p->max_tokens;
     g.tokens = (uint8_t *)s->alloc(s->core, slots * (size_t)g.raw.bytes);
     g.q = (float *)s->alloc(s->core, slots * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
-    size_t pieces = (size_t)p->capacity * SSM_CHUNK_TOKENS;
+    g.prefill_units = prefill_units_of(p);
+    size_t pieces = (size_t)g.prefill_units * SSM_CHUNK_TOKENS;
     g.prefill_tokens = (uint8_t *)s->alloc(s->core, pieces * (size_t)g.raw.bytes);
     g.prefill_q = (float *)s->alloc(
         s->core, pieces * (size_t)p->model.heads * p->model.key_dim * sizeof(float));
     g.prefill_work = NULL;
     if (prefill_work_bytes(p->model) > 0)
         g.prefill_work =
-            (float *)s->alloc(s->core, (size_t)p->capacity * prefill_work_bytes(p->model));
+            (float *)s->alloc(s->core, (size_t)g.prefill_units * prefill_work_bytes(p->model));
     g.slot_table = (int32_t *)s->alloc(s->core, sizeof(int32_t) * (size_t)p->capacity);
     size_t arrivals = (size_t)p->capacity * p->model.layers * p->model.heads * sizeof(int32_t);
     g.arrivals = (int32_t *)s->alloc(s->core, arrivals);
@@ -527,23 +552,23 @@ inline void launch_chunk_typed(const chunk_args &a, int32_t rows, cudaStream_t s
     chunk_kernel<State, Act><<<grid, SSM_CHUNK_THREADS, shared, st>>>(a);
 }
 
-/* The scan's value rows a block for a prefill of `rows` rows: the tuned
- * candidate where the device fits it, else chunk_scan_tile_rows's rule
- * (the same bits either way). */
-/* Chunks a row in one pass of a tensor-core prefill of `rows` rows (at
- * most capacity): as many as the scratch's `capacity` chunks hold, capped
- * at SSM_PREFILL_CHUNKS_MAX so one pass's prologue grid stays small. */
-#define SSM_PREFILL_CHUNKS_MAX 64
+/* Chunks a row in one pass of a tensor-core prefill of a group of `rows`
+ * rows (at most prefill_units): as many as the scratch's prefill_units
+ * chunks hold (at most SSM_PREFILL_CHUNKS_MAX). */
 inline int32_t prefill_chunks_per_pass(const gpu_common &g, int32_t rows)
 {
-    int32_t chunks = g.capacity / rows;
-    return chunks < 1 ? 1 : chunks > SSM_PREFILL_CHUNKS_MAX ? SSM_PREFILL_CHUNKS_MAX : chunks;
+    int32_t chunks = g.prefill_units / rows;
+    return chunks < 1 ? 1 : chunks;
 }
 
-inline int32_t prefill_tile_rows(const gpu_common &g, int32_t rows)
+/* The scan's value rows a block for a launch of `rows` rows of a prefill
+ * of `batch_rows`: the candidate tuned for batch_rows where the device fits
+ * it, else chunk_scan_tile_rows's rule for the launch (the same bits either
+ * way). */
+inline int32_t prefill_tile_rows(const gpu_common &g, int32_t batch_rows, int32_t rows)
 {
     const dims &d = g.d;
-    switch (tuned_choice(g, SSM_TUNE_PREFILL, rows)) {
+    switch (tuned_choice(g, SSM_TUNE_PREFILL, batch_rows)) {
     case PREFILL_ROWS_32: return 32;
     case PREFILL_ROWS_64:
         if (chunk_scan_shared_floats(d.K, 64) * sizeof(float) <= (size_t)g.shared_optin)
@@ -554,25 +579,25 @@ inline int32_t prefill_tile_rows(const gpu_common &g, int32_t rows)
     return chunk_scan_tile_rows(d.K, d.V, d.HV, rows, g.sms, g.shared_optin);
 }
 
-/* A prefill through the chunked form, as every mode runs it, in passes:
- * a prologue writes the rows' records with log-decays to the prefill
- * scratch, then the chunks on tensor cores (kernels/cuda/chunk_tc.cuh)
- * where the shape allows, else on CUDA cores (kernels/cuda/chunk.cuh), per
- * (row, head, value tile) from the slot's state (`state`, `snapshots` and
- * `current` as tile_args takes them) back to it, the outputs to io->out.
- * The scratch holds `capacity` chunks of SSM_CHUNK_TOKENS tokens: on tensor
- * cores a pass of rows <= capacity runs capacity / rows chunks a row (the
- * scratch by row: prefill_chunks_per_pass), else one chunk a row by slot.
- * The state is rounded to its dtype at each chunk's end either way, so a
- * pass of many chunks gives the bits of as many passes of one. */
-inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 *step,
-                                         void *conv, void *state, int32_t snapshots,
-                                         const int32_t *current, const ssm_services_v1 *s)
+/* One group of at most prefill_units rows of a chunked prefill
+ * (launch_prefill_chunked), in passes: a prologue writes the rows' records
+ * with log-decays to the prefill scratch, by row, then the chunks on tensor
+ * cores (kernels/cuda/chunk_tc.cuh) where the shape allows, else on CUDA
+ * cores (kernels/cuda/chunk.cuh), per (row, head, value tile) from the
+ * slot's state (`state`, `snapshots` and `current` as tile_args takes them)
+ * back to it, the outputs to io->out. On tensor cores a pass runs
+ * prefill_units / rows chunks a row (prefill_chunks_per_pass), on CUDA
+ * cores one. The state is rounded to its dtype at each chunk's end either
+ * way, so a pass of many chunks gives the bits of as many passes of one.
+ * `batch_rows`, the whole step's rows, picks the tuned scan tile. */
+inline ssm_status launch_prefill_group(const gpu_common &g, const ssm_step_v1 *step,
+                                       int32_t batch_rows, void *conv, void *state,
+                                       int32_t snapshots, const int32_t *current,
+                                       const ssm_services_v1 *s)
 {
     const dims &d = g.d;
     int32_t pieces = (step->max_row_tokens + SSM_CHUNK_TOKENS - 1) / SSM_CHUNK_TOKENS;
-    const bool by_row = g.tensor_core_prefill && step->rows > 0 && step->rows <= g.capacity;
-    const int32_t per_pass = by_row ? prefill_chunks_per_pass(g, step->rows) : 1;
+    const int32_t per_pass = g.tensor_core_prefill ? prefill_chunks_per_pass(g, step->rows) : 1;
     for (int32_t p = 0; p < pieces; p += per_pass) {
         const int32_t chunks = pieces - p < per_pass ? pieces - p : per_pass;
         const int32_t tokens = chunks * SSM_CHUNK_TOKENS;
@@ -585,11 +610,11 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         pa.max_tokens = tokens; /* the q scratch's tokens per slot (or row) */
         pa.records = g.prefill_tokens;
         pa.slot_stride = slot_stride;
-        pa.records_by_row = by_row;
+        pa.records_by_row = true;
         pa.q = g.prefill_q;
         pa.log_decay = true;
         ssm_status st = launch_prep(g, pa, step->stream, s);
-        if (st != SSM_OK || step->rows == 0)
+        if (st != SSM_OK)
             return st;
         chunk_args a = {};
         a.H = d.H;
@@ -603,7 +628,7 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         a.slots = step->slots;
         a.capacity = g.capacity;
         a.flags = g.flags;
-        a.rows_own_inputs = by_row;
+        a.rows_own_inputs = true;
         a.bf16_products = g.prefill_bf16_products;
         a.q = g.prefill_q;
         a.q_token = (int64_t)d.H * d.K;
@@ -631,24 +656,16 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         cudaStream_t stream = (cudaStream_t)step->stream;
         bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
         if (g.tensor_core_prefill) {
-            /* The work records hold `capacity` chunks; a step may have more
-               rows (padding rows), so the rows go in groups of that many. */
-            for (int32_t g0 = 0; g0 < step->rows; g0 += g.capacity) {
-                chunk_args part = a;
-                part.slots = a.slots ? a.slots + g0 : NULL;
-                part.token_offsets = a.token_offsets + g0;
-                int32_t rows = step->rows - g0 < g.capacity ? step->rows - g0 : g.capacity;
-                float *work = g.prefill_work;
-                int32_t tile = prefill_tile_rows(g, rows);
-                if (bf16_state && bf16_act)
-                    launch_chunk_tc<bf16, bf16>(part, rows, chunks, work, tile, stream);
-                else if (bf16_state)
-                    launch_chunk_tc<bf16, float>(part, rows, chunks, work, tile, stream);
-                else if (bf16_act)
-                    launch_chunk_tc<float, bf16>(part, rows, chunks, work, tile, stream);
-                else
-                    launch_chunk_tc<float, float>(part, rows, chunks, work, tile, stream);
-            }
+            float *work = g.prefill_work;
+            int32_t rows = step->rows, tile = prefill_tile_rows(g, batch_rows, rows);
+            if (bf16_state && bf16_act)
+                launch_chunk_tc<bf16, bf16>(a, rows, chunks, work, tile, stream);
+            else if (bf16_state)
+                launch_chunk_tc<bf16, float>(a, rows, chunks, work, tile, stream);
+            else if (bf16_act)
+                launch_chunk_tc<float, bf16>(a, rows, chunks, work, tile, stream);
+            else
+                launch_chunk_tc<float, float>(a, rows, chunks, work, tile, stream);
         } else if (bf16_state && bf16_act)
             launch_chunk_typed<bf16, bf16>(a, step->rows, stream);
         else if (bf16_state)
@@ -658,6 +675,28 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
         else
             launch_chunk_typed<float, float>(a, step->rows, stream);
         st = launch_status(s, "chunked prefill kernel");
+        if (st != SSM_OK)
+            return st;
+    }
+    return SSM_OK;
+}
+
+/* A prefill through the chunked form, as every mode runs it: the step's
+ * rows in groups of at most prefill_units (the chunks the scratch holds),
+ * each group a step of its own over the same inputs and outputs (their
+ * token offsets are absolute). Rows do not share state, so the groups
+ * give the bits of one launch over all of them. */
+inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 *step,
+                                         void *conv, void *state, int32_t snapshots,
+                                         const int32_t *current, const ssm_services_v1 *s)
+{
+    for (int32_t g0 = 0; g0 < step->rows; g0 += g.prefill_units) {
+        ssm_step_v1 group = *step;
+        group.rows = step->rows - g0 < g.prefill_units ? step->rows - g0 : g.prefill_units;
+        group.slots = step->slots ? step->slots + g0 : NULL;
+        group.token_offsets = step->token_offsets + g0;
+        ssm_status st =
+            launch_prefill_group(g, &group, step->rows, conv, state, snapshots, current, s);
         if (st != SSM_OK)
             return st;
     }
