@@ -180,12 +180,12 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * changes the state a prefill leaves, the same way in every mode. */
     const char *products = getenv("SSMSTATE_CUDA_PREFILL_PRODUCTS");
     g.prefill_bf16_products = products && strcmp(products, "bf16") == 0;
-    /* SSMSTATE_CUDA_FAST_MATH=1: the gates' and the identity's
-     * exponentials through the hardware's approximations (prep.cuh's dev_*
-     * helpers; other bits than the CPU's, the same in every mode). Off by
-     * default until it has been measured on a GPU. */
+    /* The gates' and the identity's exponentials through the hardware's
+     * approximations (prep.cuh's dev_* helpers; other bits than the CPU's,
+     * the same in every mode), the faster form (docs/numerics.md);
+     * SSMSTATE_CUDA_FAST_MATH=0 computes them as the CPU does. */
     const char *fast = getenv("SSMSTATE_CUDA_FAST_MATH");
-    g.d.fast_math = fast && strcmp(fast, "1") == 0;
+    g.d.fast_math = !(fast && strcmp(fast, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
                   ? s->device_flags
                   : NULL;
