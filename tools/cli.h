@@ -63,6 +63,15 @@ int cli_check_writable(const char *option, const char *path);
  * fine). 0, or -1 with errno set (ENOTDIR: a part of the path is a file). */
 int cli_make_directories(const char *dir);
 
+/* The most slots whose pool fits in `budget` bytes, into *slots (0: not
+ * one), found from the library's plans of `config` with other slot counts
+ * (a mode's shared bytes may grow with its capacity up to a bound, so
+ * floor((budget - shared) / per slot) of one plan can be too many). Plans
+ * go up to CLI_PLAN_SLOTS_MAX slots; past it the count assumes the shared
+ * bytes stay. 0, or -1 when a plan fails (ssm_last_error() says why). */
+#define CLI_PLAN_SLOTS_MAX 65536
+int cli_slots_in_budget(const ssm_config *config, uint64_t budget, int64_t *slots);
+
 /* cli_fail with the library's ssm_last_error() as the message. */
 int cli_fail_library(void);
 

@@ -92,17 +92,12 @@ static mode_cost cost_of(const ssm_config *c, const ssm_plan *p)
     return m;
 }
 
-/* Slots that fit in pool_bytes: floor((pool - shared) / per slot). */
-static uint64_t capacity_in(uint64_t pool_bytes, const mode_cost *m)
-{
-    return pool_bytes > m->shared && m->per_slot ? (pool_bytes - m->shared) / m->per_slot : 0;
-}
-
+/* `c` is the config with this row's mode. */
 static void print_mode_row(const ssm_config *c, const char *name, const mode_cost *m,
-                           const mode_cost *native, uint64_t pool_bytes)
+                           const mode_cost *native, uint64_t pool_bytes, const char *marked_mode)
 {
     char a[32], b[32], d[32], e[32], f[32], marked[80], ratio[16] = "-";
-    snprintf(marked, sizeof marked, "%.64s%s", name, strcmp(name, c->mode) ? "" : "*");
+    snprintf(marked, sizeof marked, "%.64s%s", name, strcmp(name, marked_mode) ? "" : "*");
     if (native)
         snprintf(ratio, sizeof ratio, "%.1f%%", 100.0 * (double)m->per_slot /
                                                     (double)native->per_slot);
@@ -111,10 +106,13 @@ static void print_mode_row(const ssm_config *c, const char *name, const mode_cos
            cli_format_bytes(m->conv, d, sizeof d), cli_format_bytes(m->history, e, sizeof e),
            ratio);
     cli_format_bytes(m->pool, f, sizeof f);
-    if (pool_bytes)
-        printf("%-16s%llu\n", f, (unsigned long long)capacity_in(pool_bytes, m));
-    else
+    int64_t slots = 0;
+    if (!pool_bytes)
         printf("%s\n", f);
+    else if (cli_slots_in_budget(c, pool_bytes, &slots) == 0)
+        printf("%-16s%lld\n", f, (long long)slots);
+    else
+        printf("%-16s(no plan: %s)\n", f, ssm_last_error());
 }
 
 /* The plan of `config` in every usable mode found on its plugin path (its own
@@ -159,13 +157,14 @@ static int print_modes(const ssm_config *config, uint64_t pool_bytes)
             native = cost;
             have_native = 1;
         }
-        print_mode_row(config, info->name, &cost, have_native ? &native : NULL, pool_bytes);
+        print_mode_row(&other, info->name, &cost, have_native ? &native : NULL, pool_bytes,
+                       config->mode);
     }
     printf("  (state: one matrix state per layer, the least any mode keeps; history: the rest "
            "beyond the conv buffer:\n   native's other snapshots, compact's records, replay's "
            "ring and cursors");
     if (pool_bytes)
-        printf(";\n   slots: floor((pool bytes - shared bytes) / bytes per slot)");
+        printf(";\n   slots: the most whose pool, slots x bytes per slot + shared bytes, fits");
     printf(")\n");
     free(infos);
     return CLI_EXIT_OK;

@@ -33,10 +33,12 @@ void serve_mode_plan(const ssm_config *base, const char *mode, ssm_dtype state, 
         snprintf(m->error, sizeof m->error, "no plan: %s", ssm_last_error());
         return;
     }
-    uint64_t fits = budget > m->plan.shared_bytes && m->plan.bytes_per_slot
-                        ? (budget - m->plan.shared_bytes) / m->plan.bytes_per_slot
-                        : 0;
-    m->budget_holds = (int64_t)fits;
+    int64_t fits = 0;
+    if (cli_slots_in_budget(&c, budget, &fits) != 0) {
+        snprintf(m->error, sizeof m->error, "no plan: %s", ssm_last_error());
+        return;
+    }
+    m->budget_holds = fits;
     m->max_concurrent = fits > SERVE_MAX_SLOTS ? SERVE_MAX_SLOTS : (int32_t)fits;
     if (m->max_concurrent == 0)
         snprintf(m->error, sizeof m->error,

@@ -133,10 +133,10 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_
  * What the prologue computes for a token, shared with the one-launch step
  * kernel (fused.cuh) so the two give the same bits. */
 
-/* The transcendental functions of a step's gates and decays on the GPU. By
- * default kernels/math.h's, built from IEEE operations, which give the
- * CPU's bits; with dims.fast_math the hardware's approximations (ex2.approx
- * through __expf, __fdividef, __logf: a few ulps). Activations keep the
+/* The transcendental functions of a step's gates and decays on the GPU.
+ * With dims.fast_math (the default) the hardware's approximations
+ * (ex2.approx through __expf, __fdividef, __logf: a few ulps); without it
+ * kernels/math.h's, built from IEEE operations, which give the CPU's bits. Activations keep the
  * exact SiLU and norm either way: a few ulps there flip the bf16 rounding of
  * q, k and v, which moved fp32 states 1.6e-4 to 4.8e-4 from the CPU's, past
  * the contract's 1e-4. Every mode's kernels call these same helpers, so

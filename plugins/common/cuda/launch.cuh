@@ -66,8 +66,8 @@ struct gpu_common {
     bool prefill_bf16_products; /* ... with bf16 products (chunk_args.bf16_products) */
 };
 
-/* Bytes per slot of the tensor-core prefill's work records (one chunk of
- * every value head), 0 for the shapes it does not run. */
+/* Bytes of the tensor-core prefill's work records of one chunk (every
+ * value head), 0 for the shapes it does not run. */
 inline size_t prefill_work_bytes(const ssm_model_dims &m)
 {
     if (!chunk_tc_supported(m.key_dim, m.value_dim))
@@ -77,9 +77,10 @@ inline size_t prefill_work_bytes(const ssm_model_dims &m)
 }
 
 /* Chunks the prefill's scratch holds: one a slot up to
- * SSM_PREFILL_CHUNKS_MAX, a whole pass of one row; a prefill of more rows
- * runs them in groups (launch_prefill_chunked), so the scratch does not
- * grow with the pool. */
+ * SSM_PREFILL_CHUNKS_MAX, a whole pass of one row of 4096 tokens; a
+ * prefill of more rows runs them in groups (launch_prefill_chunked). A
+ * workspace of the context (the plan's shared bytes), which grows with the
+ * capacity up to that bound, so a small context keeps a small one. */
 #define SSM_PREFILL_CHUNKS_MAX 64
 inline int32_t prefill_units_of(const ssm_mode_params_v1 *p)
 {
@@ -690,6 +691,9 @@ inline ssm_status launch_prefill_chunked(const gpu_common &g, const ssm_step_v1 
                                          void *conv, void *state, int32_t snapshots,
                                          const int32_t *current, const ssm_services_v1 *s)
 {
+    if (step->rows > 65535) /* as every other launch refuses them */
+        return s->error(s->core, SSM_ERR_INVALID_ARGUMENT,
+                        "a batch of %d rows: the CUDA kernels take at most 65535", step->rows);
     for (int32_t g0 = 0; g0 < step->rows; g0 += g.prefill_units) {
         ssm_step_v1 group = *step;
         group.rows = step->rows - g0 < g.prefill_units ? step->rows - g0 : g.prefill_units;
