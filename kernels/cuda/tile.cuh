@@ -647,6 +647,17 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
         tile_store(t, d, (State *)a.dst + (int64_t)j.h * d.V * d.K);
 }
 
+/* A verify whose prologue wrote set 0 (two launches: its commits were
+ * flushed before it) says so for its commit, whichever tile path runs it.
+ * After the wait on the prologue, as every read or write of the step's
+ * records. */
+__device__ __forceinline__ void verify_mark_set0(const tile_args &a, const tile_job &j,
+                                                 int32_t first)
+{
+    if (a.pending.written && !a.pending.codes && first == 0 && j.h == 0 && threadIdx.x == 0)
+        a.pending.written[j.cell] = 0;
+}
+
 /* Tiles [first, last) of job j's head, a one-token job without history:
  * tiles i + 1 .. i + STAGES - 1 are staged (tile_stage_async) while tile
  * i is updated, so the block's state loads overlap its arithmetic and
@@ -664,6 +675,7 @@ __device__ __forceinline__ void tile_stream(const tile_args &a, const tile_job &
         copy_async_commit(); /* possibly empty: keeps one group per tile */
     }
     griddep_wait(); /* tokens and q come from the prologue */
+    verify_mark_set0(a, j, first);
     bool pending = false;
     for (int32_t tile = first; tile < last; tile++) {
         int32_t k = tile - first;
@@ -750,11 +762,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
         uint32_t code = pending_at(a, j, first);
         if (a.pending.only && !code)
             return;
-        /* A verify whose prologue wrote set 0 (two launches: its commits
-           were flushed before it) says so for its commit. */
-        if (a.pending.written && !a.pending.codes && first == 0 && j.h == 0 &&
-            threadIdx.x == 0)
-            a.pending.written[j.cell] = 0;
+        verify_mark_set0(a, j, first);
         head_tile<E, RPL, State> t;
         tile_place(t, first);
         tile_load(t, d, source);

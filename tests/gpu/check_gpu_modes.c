@@ -60,6 +60,9 @@
  *    somewhere (else the case could not tell the forms apart) and stay
  *    within the bound for one device; over a bf16 state they are exact's
  *    bit for bit, and a context that asks for identity is refused.
+ * 8. verify widths mixed: as 1, rounds of T_max (one launch) and a round of
+ *    one token over 12 rows, padding included (two launches), so a compact
+ *    commit follows a verify that wrote either record set.
  * Any non-finite output or state where a finite one is expected fails.
  *
  * A plain program for Automake's plain driver (tests/gpu/gpu_modes.gpu): one
@@ -292,6 +295,35 @@ static int case_modes(const setup *su, variant v, uint64_t salt, char *desc, siz
              op_prefill(&w, 1, 1) && world_compare_exports(&w);
     for (int k = 0; k < SESSION_OPS && ok; k++)
         ok = op_random(&w);
+    ok = ok && session_end(&w);
+    snprintf(desc, len, "%s", w.desc);
+    world_close(&w);
+    return ok && !w.failed;
+}
+
+/* Verify rounds of different widths: two of T_max tokens (one launch each;
+ * the second applies the first's commit and writes compact's other record
+ * set), then one of a single token over 12 rows, padding included, more
+ * than a one-launch step of one token takes (two launches: its prologue
+ * writes set 0, and the commit must apply that set), then a decode that
+ * applies it. Exports compared after every step. */
+static int case_mixed_verifies(const setup *su, variant v, uint64_t salt, char *desc, size_t len)
+{
+    world w;
+    int ok = world_open_modes(&w, su, v, salt, "mixed verify widths") && op_prefill(&w, 1, 0) &&
+             world_compare_exports(&w);
+    for (int k = 0; k < 8 && ok; k++) {
+        int32_t lanes[MAX_ROWS], phase = k % 4;
+        if (phase == 3) {
+            ok = op_step(&w, STEP_DECODE) && world_compare_exports(&w);
+            continue;
+        }
+        int wide = phase == 2;
+        w.op = wide ? "verify T=1 over 12 rows" : "verify T_max";
+        int32_t rows = world_pick_rows(&w, w.lanes, wide ? MAX_ROWS - w.lanes : 0, lanes);
+        ok = step_finish(&w, step_make(&w, STEP_VERIFY, wide ? 1 : w.t_max, rows, lanes, NULL)) &&
+             world_compare_exports(&w);
+    }
     ok = ok && session_end(&w);
     snprintf(desc, len, "%s", w.desc);
     world_close(&w);
@@ -637,6 +669,16 @@ int main(void)
         setup b = {shapes[1], SSM_DTYPE_F32, SSM_DTYPE_F32};
         report(&t, case_modes(&a, v, salt++, desc, sizeof desc), desc);
         report(&t, case_modes(&b, v, salt++, desc, sizeof desc), desc);
+    }
+    /* Verify widths mixed: T_max in one launch, then T = 1 over 12 rows in
+       two (compact's record sets), every mode, GDN fp32 and KDA bf16. */
+    for (int k = 0; k < VARIANTS; k++) {
+        setup a = {shapes[0], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+        report(&t, case_mixed_verifies(&a, variants[k], salt++, desc, sizeof desc), desc);
+        if (variants[k].identity)
+            continue;
+        setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
+        report(&t, case_mixed_verifies(&b, variants[k], salt++, desc, sizeof desc), desc);
     }
     /* The other modes' configs with a [replay] section: the replay plugin
        loaded and closed by each context's creation, before its first

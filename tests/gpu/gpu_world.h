@@ -23,7 +23,7 @@
 
 #define MAX_LAYERS 3
 #define MAX_LANES 5
-#define MAX_ROWS 8
+#define MAX_ROWS 12 /* rows of a step, padding included: past a one-launch decode's 8 */
 #define MAX_SIDES 3
 #define CAPACITY 6     /* slots per context */
 #define T_MAX 4        /* max_draft_tokens 3, unless the variant asks for another */
