@@ -21,10 +21,12 @@ elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # limit is 600 s; SSM_DEVICE_BUDGET overrides the 570 kept for steps).
 time_for() { [ $(($(date +%s) - t0 + $1)) -le "${SSM_DEVICE_BUDGET:-570}" ] || { echo "skipped: no time left $(elapsed)"; false; }; }
 # Whether step $1 is among SSM_DEVICE_STEPS (a space-separated list of
-# modes, forced, run, bench, knobs (bench with the other knobs turned),
-# chunk, python, unit, ncu, peer, fla; all when unset), so
+# modes, forced, tests (the other GPU test programs), run, bench, knobs
+# (bench with the other knobs turned), chunk, prefill (the library's
+# prefill per mode, bench/prefill_modes.py), python, unit, ncu, peer, fla;
+# all when unset), so
 # one plan can be split over two calls.
-wanted() { case " ${SSM_DEVICE_STEPS:-modes forced run bench knobs chunk python unit ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
+wanted() { case " ${SSM_DEVICE_STEPS:-modes forced tests run bench knobs chunk prefill python unit ncu peer fla} " in *" $1 "*) ;; *) false ;; esac; }
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$O" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
@@ -37,6 +39,14 @@ modes() { # NAME [VAR=VALUE...]
     grep '^not ok' "$O/modes_$name.log" | head -8
 }
 wanted modes && modes default
+if wanted tests; then
+    for t in cuda_math pages_cuda pages_device tuning_cuda; do
+        time_for 60 || break
+        SSM_TOP_BUILDDIR=$S/bin timeout 120 sh "tests/gpu/$t.gpu" >"$O/$t.log" 2>&1
+        echo "$t: exit $? ok $(grep -c '^ok' "$O/$t.log") not ok $(grep -c '^not ok' "$O/$t.log") $(elapsed)"
+        grep '^not ok' "$O/$t.log" | head -5
+    done
+fi
 if wanted run; then
     SSM_TOP_BUILDDIR=$S/bin timeout 150 sh tests/gpu/run_cuda.gpu >"$O/run_cuda.log" 2>&1
     echo "run --device cuda: exit $? $(elapsed)"
@@ -75,6 +85,7 @@ fi
 wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
     SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
+wanted forced && time_for 150 && modes exact_math SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_FAST_MATH=0
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
     .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -84,6 +95,11 @@ if wanted python && time_for 20; then
         >"$O/pytest_gpu.txt" 2>&1
     echo "pytest gpu: exit $? $(elapsed)"
     tail -2 "$O/pytest_gpu.txt"
+fi
+if wanted prefill && time_for 60; then
+    timeout 120 python3 bench/prefill_modes.py --modes native,compact,replay --slots 8,256 \
+        --reps 10 >"$O/prefill_modes.txt" 2>&1
+    echo "prefill_modes.py: exit $? $(elapsed)"
 fi
 if wanted python && time_for 15; then
     timeout 60 python3 examples/python/decode_loop.py --device cuda >"$O/decode_loop.txt" 2>&1
@@ -114,6 +130,7 @@ if wanted fla && time_for 60; then
 fi
 [ -f "$O/bench_chunk.txt" ] && cat "$O/bench_chunk.txt"
 [ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
+[ -f "$O/prefill_modes.txt" ] && grep -E "gdn|kda" "$O/prefill_modes.txt" | head -48
 for v in default one_launch stages2 fold_job $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"

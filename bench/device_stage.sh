@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA library, plugins, command, the GPU mode and chunk tests
+# Builds the CUDA library, plugins, command, every GPU test program
 # and the chunk kernels' timing program here (nvcc
 # compiles and links on a machine without a GPU) and stages them with the
 # shared libraries they need in .device/stage/, so that a device call only
@@ -12,8 +12,10 @@ mkdir -p "$bld"
 cd "$bld"
 [ -f Makefile ] || "$root/configure" -q
 grep -q "^#define HAVE_NVCC 1" config.h || { echo "device_stage: no nvcc found by configure" >&2; exit 1; }
-make -j"$(nproc)" libssmstate.la native.la compact.la replay.la ssmstate tests/gpu/check_gpu_modes \
-    tests/gpu/check_chunk_cuda
+gpu_tests="check_gpu_modes check_chunk_cuda check_cuda_math check_pages_cuda check_pages_device
+    check_tuning_cuda"
+make -j"$(nproc)" libssmstate.la native.la compact.la replay.la ssmstate \
+    $(for t in $gpu_tests; do echo "tests/gpu/$t"; done)
 # The chunk kernels' own timing program (its comment has the command).
 nvcc=$(sed -n 's/^NVCC = //p' Makefile)
 arch=$(sed -n 's/^NVCC_ARCH = //p' Makefile)
@@ -24,12 +26,16 @@ arch=$(sed -n 's/^NVCC_ARCH = //p' Makefile)
 rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/bin"
 cp -a .libs/libssmstate.so* .libs/native.so .libs/compact.so .libs/replay.so "$stage/lib/"
 cp .libs/ssmstate "$stage/bin/"
-t=tests/gpu/.libs/check_gpu_modes
-[ -f "$t" ] || t=tests/gpu/.libs/lt-check_gpu_modes
-cp "$t" "$stage/bin/check_gpu_modes"
-t=tests/gpu/.libs/check_chunk_cuda
-[ -f "$t" ] || t=tests/gpu/check_chunk_cuda
-cp "$t" "$stage/bin/check_chunk_cuda"
+# The programs themselves, not libtool's wrappers; and the layout the
+# tests' .gpu scripts expect of a build tree (SSM_TOP_BUILDDIR=$stage/bin).
+mkdir -p "$stage/bin/tests/gpu"
+for name in $gpu_tests; do
+    t=tests/gpu/.libs/$name
+    [ -f "$t" ] || t=tests/gpu/.libs/lt-$name
+    [ -f "$t" ] || t=tests/gpu/$name
+    cp "$t" "$stage/bin/$name"
+    ln -s "../../$name" "$stage/bin/tests/gpu/$name"
+done
 cp bench_chunk bench_decode_unit "$stage/bin/"
 # What the device machine lacks: inih, and the CUDA runtime these were linked with.
 for so in libinih.so.1 libcudart.so.13 libsubunit.so.0; do
