@@ -12,7 +12,7 @@
 # device call brings back at most 8 files). Steps past 570 s are skipped
 # (a call's limit is 600 s).
 set -u
-root=$PWD S=$root/.device/stage O=/tmp/ssm_out
+root=$PWD S=${SSM_STAGE:-$root/.device/stage} O=${SSM_DEVICE_LOGS:-/tmp/ssm_out}
 mkdir -p "$O"
 export LD_LIBRARY_PATH=$S/lib SSMSTATE_PLUGIN_PATH=$S/lib SSM_TOP_SRCDIR=$root
 t0=$(date +%s)

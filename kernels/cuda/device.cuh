@@ -174,10 +174,20 @@ __device__ __forceinline__ bool slot_is_live(int32_t slot, int32_t capacity, uin
  * repeats it: k [H][K] f32 normalized | v [HV][V] act | decay e^g [GW] f32 |
  * beta [HV] f32, and for replay records u [HV][V] f32 | G sum [GW] |
  * G error [GW]. (The CPU keeps the raw k in the activation dtype and g,
- * kernels/record.h; the two never meet: pages carry materialized states.) */
+ * kernels/record.h; the two never meet: pages carry materialized states.)
+ *
+ * Compact's records (make_compact_layout) are smaller and hold two sets:
+ * k as the conv gave it in the activation dtype with each key head's 1/norm
+ * beside it (k_scale), the decays and beta, twice (set 0, then set 1,
+ * set_bytes apart: a verify writes one while its step applies the pending
+ * commit's from the other), then one v. v needs no second set: each block
+ * of a step writes only its own rows of v, after it has read the pending
+ * ones (step_kernel). record_set() gives a set's offsets. */
 struct record_layout {
     int64_t k, v, decay, beta, u, gate_sum, gate_error;
-    int64_t bytes; /* one record (raw or replay) */
+    int64_t k_scale;   /* 1/norm [H] f32 with k in act; -1: k normalized in f32 */
+    int64_t set_bytes; /* compact: set 1's k, k_scale, decay and beta lie this far on */
+    int64_t bytes;     /* one record (raw, replay, or compact's two sets and v) */
 };
 
 __host__ __device__ inline int64_t align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
@@ -195,7 +205,66 @@ inline record_layout make_record_layout(const ssm_model_dims &m, size_t act_size
     r.gate_sum = r.u + align16((int64_t)m.value_heads * m.value_dim * 4);
     r.gate_error = r.gate_sum + align16(gw * 4);
     r.bytes = replay ? r.gate_error + align16(gw * 4) : raw;
+    r.k_scale = -1;
+    r.set_bytes = 0;
     return r;
+}
+
+/* Compact's record of one token: both sets and v (record_layout's comment). */
+inline record_layout make_compact_layout(const ssm_model_dims &m, size_t act_size)
+{
+    int64_t gw = m.kind == SSM_MODEL_KDA ? (int64_t)m.value_heads * m.key_dim : m.value_heads;
+    record_layout r = {};
+    r.k = 0;
+    r.k_scale = align16((int64_t)m.heads * m.key_dim * (int64_t)act_size);
+    r.decay = r.k_scale + align16((int64_t)m.heads * 4);
+    r.beta = r.decay + align16(gw * 4);
+    r.set_bytes = r.beta + align16((int64_t)m.value_heads * 4);
+    r.v = 2 * r.set_bytes;
+    r.bytes = r.v + align16((int64_t)m.value_heads * m.value_dim * (int64_t)act_size);
+    r.u = r.gate_sum = r.gate_error = r.bytes;
+    return r;
+}
+
+/* One channel of k normalized as the prologue does it (head_normalize:
+ * (value * inv) * scale, scale 1 for k), from the conv's value and the
+ * head's 1/norm: a compact record keeps those two, so the bits are the
+ * same. */
+__device__ __forceinline__ float normalized_k(float value, float inv)
+{
+    return (value * inv) * 1.0f;
+}
+
+/* This lane's four channels of k, from channel `index` of [H][K] on, into
+ * a record: normalized in fp32 (out), or, where the layout has k_scale, as
+ * the conv gave them (value, already rounded to Act) with the head's
+ * 1/norm, written by the lane holding the head's first channels. */
+template <class Act>
+__device__ __forceinline__ void record_store_k(const record_layout &lay, uint8_t *record,
+                                               int32_t index, int32_t K,
+                                               const float (&value)[4], const float (&out)[4],
+                                               float inv)
+{
+    if (lay.k_scale < 0) {
+        store4((float *)(record + lay.k) + index, out);
+        return;
+    }
+    store4((Act *)(record + lay.k) + index, value);
+    if (index % K == 0)
+        ((float *)(record + lay.k_scale))[index / K] = inv;
+}
+
+/* The offsets of record set `set` (0 or 1) of a layout: compact's second
+ * set moved by set_bytes, v shared; any other layout has one set. */
+__host__ __device__ inline record_layout record_set(record_layout lay, int32_t set)
+{
+    if (set && lay.set_bytes) {
+        lay.k += lay.set_bytes;
+        lay.k_scale += lay.set_bytes;
+        lay.decay += lay.set_bytes;
+        lay.beta += lay.set_bytes;
+    }
+    return lay;
 }
 
 /* The dims a kernel needs, by value. */

@@ -52,10 +52,9 @@ struct step_inputs {
      * layer * layer_stride + t * layout.bytes. NULL: none. */
     uint8_t *records;
     int64_t slot_stride, layer_stride;
+    /* With a pending commit (tile_args.pending), a verify writes the set
+     * pending_write_set() picks: record_set(layout, step_place.record_set). */
     record_layout layout;
-    /* With a pending commit (tile_args.pending), the set of records this
-     * verify writes: set s at records + s * set_stride (pending_write_set). */
-    int64_t set_stride;
 };
 
 /* One token as a block's tiles consume it. */
@@ -102,9 +101,9 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
     Act *buffer = (Act *)in.conv + (j.cell * in.conv_rows) * d.D;
     const Act *x = (const Act *)in.x + (int64_t)j.r * T * d.D;
     uint8_t *records = in.records ? in.records + (int64_t)j.slot * in.slot_stride +
-                                        (int64_t)j.layer * in.layer_stride +
-                                        p.record_set * in.set_stride
+                                        (int64_t)j.layer * in.layer_stride
                                   : (uint8_t *)0;
+    const record_layout lay = record_set(in.layout, p.record_set);
     bool finite = true, holds_qk = false;
     /* Iteration 0 holds every q/k group (K / 2 <= 64 < blockDim.x), so its
        shuffles have the whole warp; later ones only value rows. */
@@ -146,17 +145,17 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
                 store4(buffer + (int64_t)(keep + t) * d.D + c, now);
             if (!live)
                 continue;
-            uint8_t *record = records ? records + (int64_t)t * in.layout.bytes : (uint8_t *)0;
+            uint8_t *record = records ? records + (int64_t)t * lay.bytes : (uint8_t *)0;
             if (is_qk) {
                 float out[4];
-                head_normalize(d, value, squares, is_q ? d.query_scale : 1.0f, out);
+                float inv = head_normalize(d, value, squares, is_q ? d.query_scale : 1.0f, out);
                 store4((is_q ? tok[t].q : tok[t].k) + at, out);
                 if (record && !is_q && writer)
-                    store4((float *)(record + in.layout.k) + p.key_head * K + at, out);
+                    record_store_k<Act>(lay, record, p.key_head * K + at, K, value, out, inv);
             } else {
                 store4(v + (int64_t)t * rows + at, value);
                 if (record)
-                    store4((Act *)(record + in.layout.v) + (int64_t)j.h * d.V + p.row_first + at,
+                    store4((Act *)(record + lay.v) + (int64_t)j.h * d.V + p.row_first + at,
                            value);
             }
         }
@@ -196,9 +195,9 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
     const int32_t count = KDA ? K : 1, T = a.tokens;
     uint8_t *records = in.records && p.first == 0
                            ? in.records + (int64_t)j.slot * in.slot_stride +
-                                 (int64_t)j.layer * in.layer_stride +
-                                 p.record_set * in.set_stride
+                                 (int64_t)j.layer * in.layer_stride
                            : (uint8_t *)0;
+    const record_layout lay = record_set(in.layout, p.record_set);
     bool finite = true;
     const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
     for (int32_t i = from_top; i < T * count; i += (int32_t)blockDim.x) {
@@ -208,7 +207,7 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         float decay = dev_expf(d, gate_log_decay(d, in.a_log, in.dt_bias, e, raw));
         tok[t].decay[i % count] = decay;
         if (records)
-            ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.decay))[e] = decay;
+            ((float *)(records + (int64_t)t * lay.bytes + lay.decay))[e] = decay;
     }
     /* beta of token t on the thread whose from_top is T * count + t (mod
        the block), so the gates' threads are not counted twice */
@@ -219,8 +218,7 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
         finite = finite && isfinite(raw);
         tok[t].beta = dev_sigmoid(d, raw);
         if (records)
-            ((float *)(records + (int64_t)t * in.layout.bytes + in.layout.beta))[j.h] =
-                tok[t].beta;
+            ((float *)(records + (int64_t)t * lay.bytes + lay.beta))[j.h] = tok[t].beta;
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_NONFINITE_INPUT);
@@ -345,8 +343,9 @@ __device__ __forceinline__ void step_token_regs(const tile_args &a, const step_p
 /* The records of a pending commit (compact, `code`) as the block's tiles
  * apply them: k of its key head, the decays and beta of its head, v of its
  * rows, into ptok and pv (laid out as the step's tokens), asked for by
- * every thread at once before the prologue's barrier, so each tile then
- * applies them from shared memory instead of waiting on each record. */
+ * every thread at once, so each tile then applies them from shared memory
+ * instead of waiting on each record. The caller's barrier after it lets
+ * the block's prologue write its own new rows of v over them. */
 template <int K, bool KDA, class Act>
 __device__ __forceinline__ void step_pending_stage(const tile_args &a, const step_place &p,
                                                    uint32_t code, step_token<K, KDA> *ptok,
@@ -355,17 +354,20 @@ __device__ __forceinline__ void step_pending_stage(const tile_args &a, const ste
     const dims &d = a.d;
     const tile_job &j = p.j;
     const pending_args &pa = a.pending;
-    const record_layout &lay = pa.layout;
-    const uint8_t *base = pa.records + (int64_t)j.slot * pa.slot_stride +
-                          (int64_t)j.layer * pa.layer_stride +
-                          ((code & SSM_PENDING_SET) ? pa.set_stride : 0);
+    const record_layout lay = record_set(pa.layout, (code & SSM_PENDING_SET) ? 1 : 0);
+    const uint8_t *base =
+        pa.records + (int64_t)j.slot * pa.slot_stride + (int64_t)j.layer * pa.layer_stride;
     const int32_t count = (int32_t)(code & SSM_PENDING_COUNT), rows = p.row_end - p.row_first;
     const int32_t decays = KDA ? K : 1, per = K + decays + 1 + rows;
 #pragma unroll 4
     for (int32_t i = (int32_t)threadIdx.x; i < count * per; i += (int32_t)blockDim.x) {
         const int32_t t = i / per, e = i % per;
         const uint8_t *record = base + (int64_t)t * lay.bytes;
-        if (e < K)
+        if (e < K && lay.k_scale >= 0)
+            ptok[t].k[e] =
+                normalized_k(load((const Act *)(record + lay.k) + (int64_t)p.key_head * K + e),
+                             ((const float *)(record + lay.k_scale))[p.key_head]);
+        else if (e < K)
             ptok[t].k[e] = ((const float *)(record + lay.k))[(int64_t)p.key_head * K + e];
         else if (e < K + decays)
             ptok[t].decay[e - K] =
@@ -451,7 +453,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     tile_stage_async(stage[0], a.d, source, p.first);
     copy_async_commit();
     /* A pending commit (compact) is read before anyone clears it; this
-       step's records go to the other set, and its commit is told which. */
+       step's records go to the other set (v, which has one, only to the
+       block's own rows, after it read them), and its commit is told which. */
     const uint32_t first_code = PENDING ? pending_at(a, p.j, p.first) : 0u;
     p.record_set = PENDING ? pending_write_set(first_code) : 0;
     if (PENDING && in.records && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
@@ -463,8 +466,10 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared, *ptok = tok + a.tokens;
     float *v = (float *)(step_shared + (size_t)slots * sizeof(step_token<K, KDA>));
     float *pv = v + (int64_t)a.tokens * rows;
-    if (first_code)
+    if (first_code) {
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
+        __syncthreads(); /* the pending rows of v are read before the prologue writes them */
+    }
     step_window_regs w;
     step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
     if (first_code) /* every thread read it before the prologue's barrier */

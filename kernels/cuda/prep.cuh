@@ -2,8 +2,9 @@
  * and gates, done once so that no recurrence warp repeats them: the short conv
  * over the slot's conv buffer (output rounded to the activation dtype), the
  * L2 normalization of q and k per head (q also scaled by K^-0.5), and the
- * gates. It writes one token record per token (device.cuh's layout: k
- * normalized in fp32, v in the activation dtype, the decay e^g and beta in
+ * gates. It writes one token record per token (device.cuh's layouts: k
+ * normalized in fp32 or, compact's, in the activation dtype with its
+ * head's 1/norm; v in the activation dtype, the decay e^g and beta in
  * fp32) and the normalized q to a per-slot q buffer. Every mode's recurrence
  * reads these same bits, which is half of why modes agree bit for bit.
  *
@@ -265,14 +266,15 @@ __device__ __forceinline__ float head_squares(float squares, int32_t K)
 }
 
 /* q or k of four channels normalized by their head's sum of squares, and
- * scaled (q by K^-0.5, k by 1). */
-__device__ __forceinline__ void head_normalize(const dims &d, const float (&value)[4],
-                                               float squares, float scale, float (&out)[4])
+ * scaled (q by K^-0.5, k by 1: normalized_k); returns the head's 1/norm. */
+__device__ __forceinline__ float head_normalize(const dims &d, const float (&value)[4],
+                                                float squares, float scale, float (&out)[4])
 {
     float inv = ssm_l2_inv(squares);
 #pragma unroll
     for (int ch = 0; ch < 4; ch++)
         out[ch] = (value[ch] * inv) * scale;
+    return inv;
 }
 
 /* The log-decay of gate channel e (a value head for GDN, head * K + key
@@ -351,13 +353,13 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
         uint8_t *record = place.at(t);
         if (normalized) {
             float out[4];
-            head_normalize(d, value, squares, c < qk ? d.query_scale : 1.0f, out);
+            float inv = head_normalize(d, value, squares, c < qk ? d.query_scale : 1.0f, out);
             if (c < qk)
                 store4(a.q + ((int64_t)(a.records_by_row ? r : slot) * a.max_tokens + t) * qk +
                            c,
                        out);
             else
-                store4((float *)(record + a.layout.k) + (c - qk), out);
+                record_store_k<Act>(a.layout, record, c - qk, d.K, value, out, inv);
         } else {
             store4((Act *)(record + a.layout.v) + (c - 2 * qk), value);
         }

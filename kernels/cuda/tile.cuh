@@ -184,14 +184,23 @@ template <int E, int RPL, bool KDA> struct token_regs {
 };
 
 /* Token inputs for value head h from a record, as the prologue prepared
- * them (k normalized, the decay e^g). */
+ * them (k normalized, the decay e^g). A compact record's k comes back as
+ * the prologue normalized it: the conv's value times the head's 1/norm. */
 template <int E, int RPL, bool KDA, class State, class Act>
 __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const dims &d,
                                            const record_layout &lay, const uint8_t *record,
                                            int32_t h, const head_tile<E, RPL, State> &t)
 {
     int32_t key_head = h / d.group;
-    load_lane<E>((const float *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
+    if (lay.k_scale >= 0) {
+        load_lane<E>((const Act *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
+        float inv = ((const float *)(record + lay.k_scale))[key_head];
+#pragma unroll
+        for (int j = 0; j < E; j++)
+            tk.k[j] = normalized_k(tk.k[j], inv);
+    } else {
+        load_lane<E>((const float *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
+    }
     const float *decay = (const float *)(record + lay.decay);
     if constexpr (KDA)
         load_lane<E>(decay + (int64_t)h * d.K, t.sub, tk.decay);
@@ -319,10 +328,10 @@ enum store_mode {
 struct pending_args {
     uint8_t *codes;   /* [capacity][layers][HV][tiles_per_head]; NULL: nothing pending */
     uint8_t *written; /* [capacity][layers]: the record set the latest verify wrote */
-    /* Record t of set s: records + slot * slot_stride + layer * layer_stride
-     * + s * set_stride + t * layout.bytes. */
+    /* Record t: records + slot * slot_stride + layer * layer_stride +
+     * t * layout.bytes; set s's parts at record_set(layout, s). */
     const uint8_t *records;
-    int64_t slot_stride, layer_stride, set_stride;
+    int64_t slot_stride, layer_stride;
     record_layout layout;
     bool keep; /* apply without clearing the codes (into a copy: export, copy) */
     bool only; /* a flush: tiles with nothing pending return at once */
@@ -457,19 +466,20 @@ __device__ __forceinline__ State *state_head(const tile_args &a, int32_t slot, i
  * instead of adding up token after token (no registers held). Pays where a
  * block's records are its latency (few rows, or the identity kernel's fold);
  * at large batches it cost more issue slots than it saved (docs/bench.md). */
-template <int E, bool KDA>
+template <int E, bool KDA, class Act>
 __device__ __forceinline__ void token_prefetch(const dims &d, const record_layout &lay,
                                                const uint8_t *base, int32_t first,
                                                int32_t count, int32_t mask, int32_t h,
                                                int32_t sub)
 {
-    int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * 4;
+    const int64_t k_size = lay.k_scale >= 0 ? (int64_t)sizeof(Act) : 4;
+    int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * k_size;
     int64_t decay = lay.decay + ((int64_t)h * d.K + sub * 4) * 4;
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
 #pragma unroll
         for (int c = 0; c < E / 4; c++) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + k + c * 128));
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + k + c * 32 * k_size));
             if (KDA)
                 asm volatile("prefetch.global.L1 [%0];" ::"l"(record + decay + c * 128));
         }
@@ -485,7 +495,7 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
     token_regs<E, RPL, KDA> tk;
     float unused[RPL];
     if (PREFETCH)
-        token_prefetch<E, KDA>(d, lay, base, first + 1, count - 1, mask, h, t.sub);
+        token_prefetch<E, KDA, Act>(d, lay, base, first + 1, count - 1, mask, h, t.sub);
     for (int32_t i = 0; i < count; i++) {
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
         token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
@@ -553,10 +563,10 @@ __device__ __forceinline__ void tile_apply_pending(head_tile<E, RPL, State> &t,
                                                    uint32_t code)
 {
     const pending_args &p = a.pending;
-    const uint8_t *records = p.records + (int64_t)j.slot * p.slot_stride +
-                             (int64_t)j.layer * p.layer_stride +
-                             ((code & SSM_PENDING_SET) ? p.set_stride : 0);
-    apply_records<E, RPL, KDA, State, Act, false>(t, a.d, records, p.layout, 0,
+    const uint8_t *records =
+        p.records + (int64_t)j.slot * p.slot_stride + (int64_t)j.layer * p.layer_stride;
+    const record_layout lay = record_set(p.layout, (code & SSM_PENDING_SET) ? 1 : 0);
+    apply_records<E, RPL, KDA, State, Act, false>(t, a.d, records, lay, 0,
                                                   (int32_t)(code & SSM_PENDING_COUNT),
                                                   0x7fffffff, j.h,
                                                   (code & SSM_PENDING_LAYOUT) ? 1u : 0u);
@@ -624,7 +634,7 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
     token_regs<E, RPL, KDA> tk;
     float o[RPL];
     if (PREFETCH)
-        token_prefetch<E, KDA>(d, lay, tok_base, tok_first + 1, j.n_tokens - 1, tok_mask, j.h,
+        token_prefetch<E, KDA, Act>(d, lay, tok_base, tok_first + 1, j.n_tokens - 1, tok_mask, j.h,
                                t.sub);
     for (int32_t i = 0; i < j.n_tokens; i++) {
         const uint8_t *record = tok_base + (int64_t)((tok_first + i) & tok_mask) * lay.bytes;

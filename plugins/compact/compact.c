@@ -40,15 +40,10 @@ static int64_t scratch_floats(const ssm_model_dims *m)
     return steps > apply ? steps : apply;
 }
 
-/* Record sets per (slot, layer): the GPU applies a commit in the next
- * step, which writes its own records to the other set. */
-static int32_t record_sets_of(const ssm_mode_params_v1 *p)
-{
-    return p->device.type == SSM_DEVICE_CUDA ? 2 : 1;
-}
-
 /* One token record: the CPU's (kernels/record.h), or the GPU path's, which
- * keeps k normalized in fp32 and the decay instead of g. */
+ * keeps the decay instead of g, k's 1/norm, and two sets of what a verify
+ * writes beside a pending commit's records (all but v: the next step
+ * writes its records while it applies the commit's). */
 static size_t record_bytes_of(const ssm_mode_params_v1 *p)
 {
 #ifdef HAVE_CUDA
@@ -65,7 +60,7 @@ static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *ou
     out->state_bytes = layers * ssm_state_bytes(&p->model, p->state_dtype);
     out->conv_bytes = layers * ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
     out->scratch_bytes =
-        layers * (uint64_t)record_sets_of(p) * (uint64_t)p->max_tokens * record_bytes_of(p);
+        layers * (uint64_t)p->max_tokens * record_bytes_of(p);
     out->shared_bytes = ssm_state_bytes(&p->model, p->state_dtype) +
                         (uint64_t)scratch_floats(&p->model) * sizeof(float);
 #ifdef HAVE_CUDA
@@ -104,12 +99,10 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
     c->state_bytes = ssm_state_bytes(&p->model, p->state_dtype);
     c->conv_bytes = ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
     c->record_bytes = record_bytes_of(p);
-    c->record_sets = record_sets_of(p);
     size_t slot_layers = (size_t)p->capacity * p->model.layers;
     c->states = s->alloc(s->core, slot_layers * c->state_bytes);
     c->conv = s->alloc(s->core, slot_layers * c->conv_bytes);
-    c->records = s->alloc(s->core, slot_layers * (size_t)c->record_sets * p->max_tokens *
-                                       c->record_bytes);
+    c->records = s->alloc(s->core, slot_layers * (size_t)p->max_tokens * c->record_bytes);
     c->work = s->alloc_host(s->core, c->state_bytes);
     c->scratch = s->alloc_host(s->core, sizeof(float) * (size_t)scratch_floats(&p->model));
     if (!c->states || !c->conv || !c->records || !c->work || !c->scratch) {

@@ -15,15 +15,14 @@ typedef struct compact_mode {
     ssm_mode_base base;         /* params, services, this device's methods */
     size_t state_bytes;         /* one layer's [HV][V][K] in the state dtype */
     size_t conv_bytes;          /* one layer's conv buffer (window + tail) */
-    size_t record_bytes;        /* one token record */
-    /* Record sets per (slot, layer): 1 on the CPU; 2 on the GPU, whose
-     * commit is applied by the next step (pending_args in
-     * kernels/cuda/tile.cuh): that step writes its records to one set
-     * while it applies the commit's from the other. */
-    int32_t record_sets;
+    /* One token record; on the GPU it holds two sets, as the commit is
+     * applied by the next step (pending_args in kernels/cuda/tile.cuh),
+     * which writes its records to one set while it applies the commit's
+     * from the other (record_layout in kernels/cuda/device.cuh). */
+    size_t record_bytes;
     uint8_t *states;            /* [capacity][layers][state] */
     uint8_t *conv;              /* [capacity][layers][conv buffer] */
-    uint8_t *records;           /* [capacity][layers][record_sets][T_max][record] */
+    uint8_t *records;           /* [capacity][layers][T_max][record] */
     uint8_t *work;              /* host: the running state of one verify row */
     float *scratch;             /* host scratch for the reference kernels */
     struct compact_gpu *gpu;    /* CUDA contexts: scratch of the GPU path (compact_cuda.cu) */
@@ -47,7 +46,7 @@ static inline uint8_t *compact_conv(const compact_mode *c, int32_t slot, int32_t
 static inline uint8_t *compact_record(const compact_mode *c, int32_t slot, int32_t layer,
                                       int32_t token)
 {
-    size_t per_layer = (size_t)c->record_sets * c->base.params.max_tokens * c->record_bytes;
+    size_t per_layer = (size_t)c->base.params.max_tokens * c->record_bytes;
     return c->records + compact_index(c, slot, layer) * per_layer + (size_t)token * c->record_bytes;
 }
 

@@ -22,6 +22,7 @@ struct compact_gpu {
     gpu_tune tune; /* tuning: candidates, and scratch while tuning */
     uint8_t *codes;   /* [capacity][layers][HV][tiles]: the pending commits */
     uint8_t *written; /* [capacity][layers]: the record set each latest verify wrote */
+    record_layout records; /* one token's record: both sets and v (make_compact_layout) */
 };
 
 static gpu_common &G(compact_mode *c) { return c->gpu->common; }
@@ -45,7 +46,7 @@ extern "C" size_t compact_cuda_shared_bytes(const ssm_mode_params_v1 *p)
 
 extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
 {
-    return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false).bytes;
+    return (size_t)make_compact_layout(p->model, ssm_dtype_size(p->activation_dtype)).bytes;
 }
 
 extern "C" ssm_status compact_cuda_create(compact_mode *c)
@@ -57,6 +58,7 @@ extern "C" ssm_status compact_cuda_create(compact_mode *c)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");
     c->gpu->codes = NULL;
     c->gpu->written = NULL;
+    c->gpu->records = make_compact_layout(p->model, ssm_dtype_size(p->activation_dtype));
     ssm_status st = gpu_common_create(G(c), p, s);
     gpu_tune_init(c->gpu->tune, G(c), tune_profile{false, false});
     if (st != SSM_OK)
@@ -87,15 +89,10 @@ extern "C" void compact_cuda_destroy(compact_mode *c)
     c->gpu = NULL;
 }
 
-/* The records: [slot][layer][set][T_max]. */
-static int64_t records_set_stride(compact_mode *c)
-{
-    return (int64_t)G(c).max_tokens * G(c).raw.bytes;
-}
-
+/* The records: [slot][layer][T_max], each holding both sets. */
 static int64_t records_layer_stride(compact_mode *c)
 {
-    return records_set_stride(c) * c->record_sets;
+    return (int64_t)G(c).max_tokens * c->gpu->records.bytes;
 }
 
 static int64_t records_slot_stride(compact_mode *c)
@@ -112,8 +109,7 @@ static pending_args pending_of(compact_mode *c)
     p.records = c->records;
     p.slot_stride = records_slot_stride(c);
     p.layer_stride = records_layer_stride(c);
-    p.set_stride = records_set_stride(c);
-    p.layout = G(c).raw;
+    p.layout = c->gpu->records;
     return p;
 }
 
@@ -177,8 +173,7 @@ static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
         in.records = c->records; /* the set: pending_write_set in the kernel */
         in.slot_stride = records_slot_stride(c);
         in.layer_stride = records_layer_stride(c);
-        in.set_stride = records_set_stride(c);
-        in.layout = g.raw;
+        in.layout = c->gpu->records;
         return launch_step(g, ta, in, step->stream, c->base.services);
     }
     /* Two launches: the prologue writes set 0, so the commits go first. */
@@ -187,11 +182,13 @@ static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
     pa.records = c->records;
     pa.slot_stride = records_slot_stride(c);
     pa.layer_stride = records_layer_stride(c);
+    pa.layout = c->gpu->records;
     if (st == SSM_OK)
         st = launch_prep(g, pa, step->stream, c->base.services);
     ta.tok = c->records;
     ta.tok_slot_stride = pa.slot_stride;
     ta.tok_layer_stride = pa.layer_stride;
+    ta.tok_layout = pa.layout;
     ta.pending.codes = NULL; /* flushed; the tile job records set 0 for the commit */
     ta.after_prep = true;
     return st != SSM_OK ? st : launch_tile(g, ta, step->stream, c->base.services);
