@@ -153,10 +153,7 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
                 if (record && !is_q && writer)
                     record_store_k<Act>(lay, record, p.key_head * K + at, K, value, out, inv);
             } else {
-                store4(v + (int64_t)t * rows + at, value);
-                if (record)
-                    store4((Act *)(record + lay.v) + (int64_t)j.h * d.V + p.row_first + at,
-                           value);
+                store4(v + (int64_t)t * rows + at, value); /* records: step_records_v */
             }
         }
         if (in.stage || !live)
@@ -222,6 +219,26 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, j.slot, SSM_FLAG_NONFINITE_INPUT);
+}
+
+/* The block's rows of v of the row's T tokens into their records (a
+ * compact verify), from shared memory after the prologue's barrier: a
+ * record has one v, whose pending rows this block read before that barrier
+ * (step_pending_stage). The values were rounded to Act by the conv, so the
+ * store is exact. */
+template <class Act>
+__device__ __forceinline__ void step_records_v(const tile_args &a, const step_inputs &in,
+                                               const step_place &p, const float *v)
+{
+    const int32_t rows = p.row_end - p.row_first, quads = rows / 4;
+    uint8_t *records = in.records + (int64_t)p.j.slot * in.slot_stride +
+                       (int64_t)p.j.layer * in.layer_stride + in.layout.v;
+    for (int32_t i = (int32_t)threadIdx.x; i < a.tokens * quads; i += (int32_t)blockDim.x) {
+        const int32_t t = i / quads, at = 4 * (i % quads);
+        store4((Act *)(records + (int64_t)t * in.layout.bytes) + (int64_t)p.j.h * a.d.V +
+                   p.row_first + at,
+               v + (int64_t)t * rows + at);
+    }
 }
 
 /* A decode's q and k window as the block's q/k threads hold it (the
@@ -453,8 +470,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     tile_stage_async(stage[0], a.d, source, p.first);
     copy_async_commit();
     /* A pending commit (compact) is read before anyone clears it; this
-       step's records go to the other set (v, which has one, only to the
-       block's own rows, after it read them), and its commit is told which. */
+       step's records go to the other set (v, which has one, to the block's
+       own rows after the prologue's barrier), and its commit is told which. */
     const uint32_t first_code = PENDING ? pending_at(a, p.j, p.first) : 0u;
     p.record_set = PENDING ? pending_write_set(first_code) : 0;
     if (PENDING && in.records && p.first == 0 && p.j.h == 0 && threadIdx.x == 0)
@@ -466,12 +483,12 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     step_token<K, KDA> *tok = (step_token<K, KDA> *)step_shared, *ptok = tok + a.tokens;
     float *v = (float *)(step_shared + (size_t)slots * sizeof(step_token<K, KDA>));
     float *pv = v + (int64_t)a.tokens * rows;
-    if (first_code) {
+    if (first_code)
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
-        __syncthreads(); /* the pending rows of v are read before the prologue writes them */
-    }
     step_window_regs w;
     step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
+    if (in.records) /* after the barrier: the pending rows of v were read */
+        step_records_v<Act>(a, in, p, v);
     if (first_code) /* every thread read it before the prologue's barrier */
         pending_clear_read(a, p.j, p.first, p.last);
     for (int32_t tile = p.first; tile < p.last; tile++) {
