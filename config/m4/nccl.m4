@@ -1,5 +1,5 @@
 # SSM_CHECK_NCCL: NCCL's header, for the two-GPU hand-off program
-# (bench/nccl_handoff.c). Needs SSM_CHECK_CUDA first: NCCL is only looked for
+# (examples/nccl/handoff.c). Needs SSM_CHECK_CUDA first: NCCL is only looked for
 # with the CUDA runtime (ssm_have_cuda=yes).
 #   --with-nccl       guess (default): build the program if nccl.h is found,
 #                     in the CUDA include folder or on the default path

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The two-GPU prefill-to-decode hand-off over NCCL (bench/nccl_handoff.c;
+# The two-GPU prefill-to-decode hand-off over NCCL (examples/nccl/handoff.c;
 # docs/pages.md, "Two GPUs over NCCL"), run (and built when the build
 # folder has no copy) in one call on a machine with two GPUs (the lent
 # nvidia-h200-x2):
 #
-#   bash bench/nccl_handoff.sh [NCCL] [-- ARGUMENTS...]
+#   bash examples/nccl/run.sh [NCCL] [-- ARGUMENTS...]
 #
 # NCCL says where NCCL's header and library come from: a wheel
 # (nvidia_nccl_cu*.whl, unpacked here), or a folder holding nccl.h and
@@ -16,7 +16,7 @@
 # tests/gpu/device_check.sh leaves in .device/build, made first when absent
 # (as bench/device_bench.sh does). A build configured where nccl.h was found
 # (configure --with-nccl[=DIR]) has the program already, built by `make` as
-# bench/nccl_handoff: that copy is run. Otherwise the script compiles it here
+# examples/nccl/handoff: that copy is run. Otherwise the script compiles it here
 # against that build's library (with the NCCL header it finds, if any). The
 # program is never linked with NCCL: it loads the library found below, or,
 # where none is found and the build has the program, the program's default
@@ -108,7 +108,7 @@ sysroot_lib=$root/.device/sysroot/usr/lib/x86_64-linux-gnu
 # The build's own program (`make` built it with --with-nccl): libtool's
 # wrapper, else the binary libtool keeps in .libs.
 program=
-for candidate in "${build%/}/bench/nccl_handoff" "${build%/}/bench/.libs/nccl_handoff"; do
+for candidate in "${build%/}/examples/nccl/handoff" "${build%/}/examples/nccl/.libs/handoff"; do
     if [ -f "$candidate" ] && [ -x "$candidate" ]; then
         program=$candidate
         break
@@ -143,7 +143,7 @@ else
         -Wl,-rpath,"${build%/}/.libs" -Wl,-rpath,"$cuda/lib64")
     # shellcheck disable=SC2054
     [ -d "$sysroot_lib" ] && links+=(-Wl,-rpath-link,"$sysroot_lib" -Wl,-rpath,"$sysroot_lib")
-    if ! "${CC:-cc}" "${flags[@]}" bench/nccl_handoff.c -o "$work/nccl_handoff" "${links[@]}" \
+    if ! "${CC:-cc}" "${flags[@]}" examples/nccl/handoff.c -o "$work/nccl_handoff" "${links[@]}" \
         >"$out/nccl_handoff_build.txt" 2>&1; then
         cat "$out/nccl_handoff_build.txt"
         exit 1

@@ -27,11 +27,11 @@
  * with or without NCCL's header (the few declarations it needs are below,
  * checked against nccl.h when that is on the include path) and exits 77
  * where NCCL is missing, as where two GPUs are. `make` builds it as
- * bench/nccl_handoff where configure found nccl.h (--with-nccl[=DIR]),
+ * examples/nccl/handoff where configure found nccl.h (--with-nccl[=DIR]),
  * always against the header (SSM_REQUIRE_NCCL_H) and never linked with
  * libnccl; its default library is then SSM_NCCL_LIBRARY (DIR's
  * libnccl.so.2, else "libnccl.so.2"). tests/gpu/nccl_handoff.gpu runs it
- * small; bench/nccl_handoff.sh runs it (or builds it by hand) on the device
+ * small; examples/nccl/run.sh runs it (or builds it by hand) on the device
  * machine. The workload is the options' alone: a config's [workload]
  * section, the `ssmstate` command's, is not read.
  *
