@@ -6,8 +6,10 @@
  * with w^k_{ip} = sum_c e^{G_p[c]-G_i[c]} k_i[c] k_p[c] (one decay for GDN,
  * one per key channel for KDA) and w^q likewise with q_p.
  *
- * One block per (row, value head, SSM_IDENTITY_THREADS value rows), one
- * thread per value row. S0 streams
+ * One block per (row, value head, a.identity_rows value rows: all
+ * SSM_IDENTITY_THREADS of them, or SSM_IDENTITY_SMALL_ROWS at batches too
+ * small to fill the device, identity_rows_for), one thread per value row
+ * (the other threads stage, weigh and fold with it). S0 streams
  * through shared memory in chunks of SSM_IDENTITY_CHUNK key channels
  * (cp.async, two buffers, rows padded so that a warp's reads of 32 rows
  * spread over the banks); each thread accumulates its row's 2T products
@@ -41,28 +43,41 @@
 
 namespace ssm {
 
-#define SSM_IDENTITY_THREADS 128 /* value rows of a block, one a thread */
+#define SSM_IDENTITY_THREADS 128 /* threads of a block, and its most value rows */
+#define SSM_IDENTITY_SMALL_ROWS 32 /* value rows of a block at small batches: one tile */
 #define SSM_IDENTITY_CHUNK 32    /* key channels of S0 a staged chunk holds */
 #define SSM_IDENTITY_STRIDE (SSM_IDENTITY_CHUNK + 4) /* floats of a staged row */
 
-/* Blocks per value head: SSM_IDENTITY_THREADS value rows each. */
-__host__ __device__ inline int32_t identity_row_blocks(int32_t V)
+/* Value rows a block holds at `rows` rows of HV heads on `sms` SMs: all a
+ * block's threads can, unless that leaves SMs without a block, where a
+ * block holds one tile's rows instead, so that more blocks share the
+ * batch's latency chains (the checkpoint's chunks, a fold's records). */
+__host__ __device__ inline int32_t identity_rows_for(int32_t rows, int32_t HV, int32_t V,
+                                                     int32_t sms)
 {
-    return (V + SSM_IDENTITY_THREADS - 1) / SSM_IDENTITY_THREADS;
+    int64_t blocks = (int64_t)rows * HV * ((V + SSM_IDENTITY_THREADS - 1) / SSM_IDENTITY_THREADS);
+    return blocks < sms ? SSM_IDENTITY_SMALL_ROWS : SSM_IDENTITY_THREADS;
+}
+
+/* Blocks per value head: per_block value rows each. */
+__host__ __device__ inline int32_t identity_row_blocks(int32_t V, int32_t per_block)
+{
+    return (V + per_block - 1) / per_block;
 }
 
 /* Value rows a block holds (the last block of a head may hold fewer). */
-__host__ __device__ inline int32_t identity_block_rows(int32_t V)
+__host__ __device__ inline int32_t identity_block_rows(int32_t V, int32_t per_block)
 {
-    return V < SSM_IDENTITY_THREADS ? V : SSM_IDENTITY_THREADS;
+    return V < per_block ? V : per_block;
 }
 
-/* Shared memory of one block for `records` records seen (history and
- * tokens) and T tokens. */
+/* Shared memory of one block of per_block value rows for `records` records
+ * seen (history and tokens) and T tokens. */
 __host__ __device__ inline size_t identity_shared_bytes(int32_t records, int32_t tokens,
-                                                        const dims &d)
+                                                        const dims &d, int32_t per_block)
 {
-    size_t K = (size_t)d.K, T = (size_t)tokens, rows = (size_t)identity_block_rows(d.V);
+    size_t K = (size_t)d.K, T = (size_t)tokens,
+           rows = (size_t)identity_block_rows(d.V, per_block);
     size_t keys = d.kda ? 4 : 2;           /* k_p, q_p, and for KDA both times e^{G_p} */
     size_t gates = d.kda ? 2 * T * K : 2 * T; /* G_p as sum and error */
     return sizeof(float) * ((size_t)2 * rows * SSM_IDENTITY_STRIDE /* S0 chunks */
@@ -150,7 +165,9 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     constexpr int RPL = SSM_TILE_RPL;
     static_assert(SSM_IDENTITY_THREADS == 32 * SSM_TILE_WARPS,
                   "a block folds as a tile block does");
-    static_assert(SSM_IDENTITY_THREADS % tile_rows(RPL) == 0, "a block's rows are whole tiles");
+    static_assert(SSM_IDENTITY_THREADS % tile_rows(RPL) == 0 &&
+                      SSM_IDENTITY_SMALL_ROWS % tile_rows(RPL) == 0,
+                  "a block's rows are whole tiles");
     const dims &d = a.d;
     const int64_t cell = (int64_t)slot * a.layers + a.layer;
     const int32_t used = a.ring_n[cell], start = a.ring_start[cell];
@@ -331,9 +348,10 @@ __device__ __forceinline__ void identity_early_u(const tile_args &a, const ident
     }
 }
 
-/* grid (rows * identity_row_blocks(V), HV), SSM_IDENTITY_THREADS threads,
- * E = K / 8 (the fold's layout),
- * identity_shared_bytes(history + T_max, T, d) dynamic shared memory;
+/* grid (rows * identity_row_blocks(V, a.identity_rows), HV),
+ * SSM_IDENTITY_THREADS threads, E = K / 8 (the fold's layout),
+ * identity_shared_bytes(history + T_max, T, d, a.identity_rows) dynamic
+ * shared memory;
  * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
  * then have a bound the compiler knows). */
 template <int E, int MAXT, bool KDA, class Act, bool EXACT>
@@ -343,10 +361,10 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     float *shared = (float *)shared_vectors;
     const dims &d = a.d;
     const int32_t T = EXACT ? MAXT : a.tokens, h = blockIdx.y;
-    const int32_t row_blocks = identity_row_blocks(d.V);
+    const int32_t per_block = a.identity_rows, row_blocks = identity_row_blocks(d.V, per_block);
     const int32_t r = blockIdx.x / row_blocks;
-    const int32_t row0 = (blockIdx.x % row_blocks) * SSM_IDENTITY_THREADS;
-    const int32_t rows = d.V - row0 < SSM_IDENTITY_THREADS ? d.V - row0 : SSM_IDENTITY_THREADS;
+    const int32_t row0 = (blockIdx.x % row_blocks) * per_block;
+    const int32_t rows = d.V - row0 < per_block ? d.V - row0 : per_block;
     const int32_t v = row0 + threadIdx.x; /* this thread's value row, when threadIdx.x < rows */
     const int32_t slot = a.slots[r];
     if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
@@ -362,7 +380,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     const identity_ring g = identity_ring_of(a, slot);
     const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
     const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
-    const int32_t buffer = identity_block_rows(d.V) * SSM_IDENTITY_STRIDE;
+    const int32_t buffer = identity_block_rows(d.V, per_block) * SSM_IDENTITY_STRIDE;
     float *staged = shared;
     const bool asked_early = !g.folded && a.fold_inside;
     if (asked_early)
@@ -378,7 +396,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
 
     const record_layout &lay = a.ring_layout;
     const int32_t kept = g.kept, key_head = h / d.group;
-    const int32_t rows_max = identity_block_rows(d.V), gate_len = KDA ? T * d.K : T;
+    const int32_t rows_max = identity_block_rows(d.V, per_block), gate_len = KDA ? T * d.K : T;
     float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
     float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
     float *gs = qd + T * d.K, *ge = gs + gate_len, *bt = ge + gate_len;

@@ -70,7 +70,8 @@ static ssm_status check_identity_fits(replay_mode *r)
                                   "cannot read the device's shared memory size");
     const ssm_model_dims &m = r->base.params.model;
     int32_t T = r->base.params.max_tokens;
-    size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m));
+    size_t need = identity_shared_bytes(r->options.history + T, T, make_dims(m),
+                                        SSM_IDENTITY_THREADS);
     if (need <= (size_t)limit)
         return SSM_OK;
     if (!r->options.outputs_set) {

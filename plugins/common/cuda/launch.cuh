@@ -910,9 +910,9 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
 template <int E, int MAXT, bool KDA, class Act, bool EXACT>
 inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
 {
-    dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V), a.d.HV);
+    dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V, a.identity_rows), a.d.HV);
     dim3 block(SSM_IDENTITY_THREADS);
-    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d);
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, a.identity_rows);
     cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT>, grid, block, shared, st,
@@ -964,6 +964,7 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
         return SSM_OK;
     tile_args b = a;
     b.fold_inside = g.identity_fold_inside;
+    b.identity_rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
