@@ -6,7 +6,7 @@
  * with w^k_{ip} = sum_c e^{G_p[c]-G_i[c]} k_i[c] k_p[c] (one decay for GDN,
  * one per key channel for KDA) and w^q likewise with q_p.
  *
- * One block per (row, value head, a.identity_rows value rows: all
+ * One block per (row, value head, ROWS value rows: all
  * SSM_IDENTITY_THREADS of them, or SSM_IDENTITY_SMALL_ROWS at batches too
  * small to fill the device, identity_rows_for), one thread per value row
  * (the other threads stage, weigh and fold with it). S0 streams
@@ -348,20 +348,23 @@ __device__ __forceinline__ void identity_early_u(const tile_args &a, const ident
     }
 }
 
-/* grid (rows * identity_row_blocks(V, a.identity_rows), HV),
- * SSM_IDENTITY_THREADS threads, E = K / 8 (the fold's layout),
- * identity_shared_bytes(history + T_max, T, d, a.identity_rows) dynamic
- * shared memory;
+/* grid (rows * identity_row_blocks(V, ROWS), HV), SSM_IDENTITY_THREADS
+ * threads, E = K / 8 (the fold's layout), ROWS value rows a block
+ * (a compile-time constant: the GDN kernel lives at 96 registers, where a
+ * runtime count spilled), identity_shared_bytes(history + T_max, T, d, ROWS)
+ * dynamic shared memory;
  * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
  * then have a bound the compiler knows). */
-template <int E, int MAXT, bool KDA, class Act, bool EXACT>
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
 __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
     float *shared = (float *)shared_vectors;
     const dims &d = a.d;
     const int32_t T = EXACT ? MAXT : a.tokens, h = blockIdx.y;
-    const int32_t per_block = a.identity_rows, row_blocks = identity_row_blocks(d.V, per_block);
+    static_assert(ROWS <= SSM_IDENTITY_THREADS, "one thread a value row");
+    constexpr int32_t per_block = ROWS;
+    const int32_t row_blocks = identity_row_blocks(d.V, per_block);
     const int32_t r = blockIdx.x / row_blocks;
     const int32_t row0 = (blockIdx.x % row_blocks) * per_block;
     const int32_t rows = d.V - row0 < per_block ? d.V - row0 : per_block;

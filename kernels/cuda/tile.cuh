@@ -380,8 +380,6 @@ struct tile_args {
     /* The identity kernel folds the rows that need it in its own blocks
      * (identity_fold) instead of after a HISTORY_FOLD job. */
     bool fold_inside;
-    /* Value rows a block of the identity kernel holds (identity_rows_for). */
-    int32_t identity_rows;
     const float *q; /* [capacity][max_tokens][H][K] normalized, scaled; NULL: no outputs */
     const int32_t *token_offsets;
     int32_t piece;

@@ -907,48 +907,58 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
-template <int E, int MAXT, bool KDA, class Act, bool EXACT>
-inline void launch_identity_typed(const tile_args &a, cudaStream_t st)
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
+inline void launch_identity_rows(const tile_args &a, cudaStream_t st)
 {
-    dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V, a.identity_rows), a.d.HV);
+    dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V, ROWS), a.d.HV);
     dim3 block(SSM_IDENTITY_THREADS);
-    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, a.identity_rows);
-    cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT>,
+    size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, ROWS);
+    cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT>, grid, block, shared, st,
+    launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS>, grid, block, shared, st,
                   a.after_prep, a);
+}
+
+/* `rows`: value rows a block (identity_rows_for). */
+template <int E, int MAXT, bool KDA, class Act, bool EXACT>
+inline void launch_identity_typed(const tile_args &a, int32_t rows, cudaStream_t st)
+{
+    if (rows == SSM_IDENTITY_SMALL_ROWS)
+        launch_identity_rows<E, MAXT, KDA, Act, EXACT, SSM_IDENTITY_SMALL_ROWS>(a, st);
+    else
+        launch_identity_rows<E, MAXT, KDA, Act, EXACT, SSM_IDENTITY_THREADS>(a, st);
 }
 
 /* The kernel's registers hold 2 MAXT products a row: 4 for MTP rounds of
  * up to 4 tokens (a kernel of its own for exactly 4, the T = 4 round every
  * MTP engine runs), else 16 (SSM_MAX_DRAFT_TOKENS + 1). */
 template <int E, bool KDA, class Act>
-inline void launch_identity_tokens(const tile_args &a, cudaStream_t st)
+inline void launch_identity_tokens(const tile_args &a, int32_t rows, cudaStream_t st)
 {
     if (a.tokens == 4)
-        launch_identity_typed<E, 4, KDA, Act, true>(a, st);
+        launch_identity_typed<E, 4, KDA, Act, true>(a, rows, st);
     else if (a.tokens < 4)
-        launch_identity_typed<E, 4, KDA, Act, false>(a, st);
+        launch_identity_typed<E, 4, KDA, Act, false>(a, rows, st);
     else
-        launch_identity_typed<E, 16, KDA, Act, false>(a, st);
+        launch_identity_typed<E, 16, KDA, Act, false>(a, rows, st);
 }
 
 template <int E, class Act>
-inline void launch_identity_kind(const tile_args &a, cudaStream_t st)
+inline void launch_identity_kind(const tile_args &a, int32_t rows, cudaStream_t st)
 {
     if (a.d.kda)
-        launch_identity_tokens<E, true, Act>(a, st);
+        launch_identity_tokens<E, true, Act>(a, rows, st);
     else
-        launch_identity_tokens<E, false, Act>(a, st);
+        launch_identity_tokens<E, false, Act>(a, rows, st);
 }
 
 template <class Act>
-inline void launch_identity_keys(const tile_args &a, cudaStream_t st)
+inline void launch_identity_keys(const tile_args &a, int32_t rows, cudaStream_t st)
 {
     switch (a.d.K) { /* as launch_tile_typed */
-    case 32: launch_identity_kind<4, Act>(a, st); break;
-    case 64: launch_identity_kind<8, Act>(a, st); break;
-    default: launch_identity_kind<16, Act>(a, st); break;
+    case 32: launch_identity_kind<4, Act>(a, rows, st); break;
+    case 64: launch_identity_kind<8, Act>(a, rows, st); break;
+    default: launch_identity_kind<16, Act>(a, rows, st); break;
     }
 }
 
@@ -964,7 +974,6 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
         return SSM_OK;
     tile_args b = a;
     b.fold_inside = g.identity_fold_inside;
-    b.identity_rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
@@ -976,10 +985,11 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     }
     cudaStream_t cs = (cudaStream_t)stream;
     b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
+    const int32_t rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
     if (g.act_dtype == SSM_DTYPE_BF16)
-        launch_identity_keys<bf16>(b, cs);
+        launch_identity_keys<bf16>(b, rows, cs);
     else
-        launch_identity_keys<float>(b, cs);
+        launch_identity_keys<float>(b, rows, cs);
     return launch_status(s, "replay identity kernel");
 }
 
