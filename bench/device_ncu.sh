@@ -5,8 +5,9 @@
 # identity kernel) at B = 256, and both again as one-launch steps (native's
 # at B = 1 too). Per kernel: duration, DRAM throughput,
 # occupancy, registers, issue activity and the top warp stalls; then the
-# prologue's SASS with per-line counts (prep_sass.csv). Full CSV under
-# $OUT_NCU (else $OUT)/ncu_*.csv. About two minutes.
+# prologue's SASS with per-line counts (prep_sass.csv) and the one-launch
+# step kernel's at B = 1 (step1_sass.csv), and replay's kernels at B = 1.
+# Full CSV under $OUT_NCU (else $OUT)/ncu_*.csv. About three minutes.
 set -u
 root=$PWD S=$root/.device/stage O=${OUT_NCU:-${OUT:-$root/.device/out}}
 mkdir -p "$O"
@@ -58,6 +59,7 @@ probe replay256 0 replay 256 'prep|identity|tile_kernel' 2
 probe step256 1 native 256 'step_kernel' 1
 probe step1 1 native 1 'step_kernel' 1
 probe replay256_one 1 replay 256 'prep|identity|commit' 3
+probe replay1 1 replay 1 'prep|identity|tile' 3
 
 # The prologue instruction by instruction: its SASS with the executed
 # instructions and stalls of each line (native decode, B = 256).
@@ -67,4 +69,16 @@ if timeout 90 "$ncu" --section SourceCounters -f -o "$O/prep" --kernel-name rege
     "$ncu" -i "$O/prep.ncu-rep" --page source --csv --print-source sass >"$O/prep_sass.csv" 2>&1
     echo "== prep SASS: $(wc -l <"$O/prep_sass.csv") lines in prep_sass.csv"
     rm -f "$O/prep.ncu-rep"
+fi
+
+# The one-launch decode at B = 1, the latency-bound case: its SASS with the
+# executed instructions and stalls of each line.
+if timeout 90 "$ncu" --section SourceCounters --section WarpStateStats -f -o "$O/step1" \
+    --kernel-name regex:step_kernel --launch-count 1 "$S/bin/ssmstate" bench \
+    examples/qwen3-next.ini --modes native --batches 1 --state f32 --layers 1 --accepted 1 \
+    --samples 1 --warmup 1 --quiet >/dev/null 2>&1; then
+    "$ncu" -i "$O/step1.ncu-rep" --page source --csv --print-source sass >"$O/step1_sass.csv" 2>&1
+    "$ncu" -i "$O/step1.ncu-rep" --page details >"$O/step1_details.txt" 2>&1
+    echo "== step kernel at B = 1: $(wc -l <"$O/step1_sass.csv") lines in step1_sass.csv"
+    rm -f "$O/step1.ncu-rep"
 fi
