@@ -185,7 +185,9 @@ __device__ __forceinline__ bool slot_is_live(int32_t slot, int32_t capacity, uin
  * ones (step_kernel). record_set() gives a set's offsets. */
 struct record_layout {
     int64_t k, v, decay, beta, u, gate_sum, gate_error;
-    int64_t k_scale;   /* 1/norm [H] f32 with k in act; -1: k normalized in f32 */
+    /* 1/norm [H] f32 with k in act; 0 (never its offset: k comes first):
+     * k normalized in f32, so that a zeroed layout means the plain record */
+    int64_t k_scale;
     int64_t set_bytes; /* compact: set 1's k, k_scale, decay and beta lie this far on */
     int64_t bytes;     /* one record (raw, replay, or compact's two sets and v) */
 };
@@ -205,7 +207,7 @@ inline record_layout make_record_layout(const ssm_model_dims &m, size_t act_size
     r.gate_sum = r.u + align16((int64_t)m.value_heads * m.value_dim * 4);
     r.gate_error = r.gate_sum + align16(gw * 4);
     r.bytes = replay ? r.gate_error + align16(gw * 4) : raw;
-    r.k_scale = -1;
+    r.k_scale = 0;
     r.set_bytes = 0;
     return r;
 }
@@ -222,7 +224,7 @@ inline record_layout make_compact_layout(const ssm_model_dims &m, size_t act_siz
     r.set_bytes = r.beta + align16((int64_t)m.value_heads * 4);
     r.v = 2 * r.set_bytes;
     r.bytes = r.v + align16((int64_t)m.value_heads * m.value_dim * (int64_t)act_size);
-    r.u = r.gate_sum = r.gate_error = r.bytes;
+    r.u = r.gate_sum = r.gate_error = r.bytes; /* none: compact keeps no u or gate sums */
     return r;
 }
 
@@ -245,7 +247,7 @@ __device__ __forceinline__ void record_store_k(const record_layout &lay, uint8_t
                                                const float (&value)[4], const float (&out)[4],
                                                float inv)
 {
-    if (lay.k_scale < 0) {
+    if (lay.k_scale == 0) {
         store4((float *)(record + lay.k) + index, out);
         return;
     }

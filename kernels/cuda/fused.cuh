@@ -380,7 +380,7 @@ __device__ __forceinline__ void step_pending_stage(const tile_args &a, const ste
     for (int32_t i = (int32_t)threadIdx.x; i < count * per; i += (int32_t)blockDim.x) {
         const int32_t t = i / per, e = i % per;
         const uint8_t *record = base + (int64_t)t * lay.bytes;
-        if (e < K && lay.k_scale >= 0)
+        if (e < K && lay.k_scale > 0)
             ptok[t].k[e] =
                 normalized_k(load((const Act *)(record + lay.k) + (int64_t)p.key_head * K + e),
                              ((const float *)(record + lay.k_scale))[p.key_head]);

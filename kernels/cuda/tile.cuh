@@ -192,7 +192,7 @@ __device__ __forceinline__ void token_load(token_regs<E, RPL, KDA> &tk, const di
                                            int32_t h, const head_tile<E, RPL, State> &t)
 {
     int32_t key_head = h / d.group;
-    if (lay.k_scale >= 0) {
+    if (lay.k_scale > 0) {
         load_lane<E>((const Act *)(record + lay.k) + (int64_t)key_head * d.K, t.sub, tk.k);
         float inv = ((const float *)(record + lay.k_scale))[key_head];
 #pragma unroll
@@ -472,7 +472,7 @@ __device__ __forceinline__ void token_prefetch(const dims &d, const record_layou
                                                int32_t count, int32_t mask, int32_t h,
                                                int32_t sub)
 {
-    const int64_t k_size = lay.k_scale >= 0 ? (int64_t)sizeof(Act) : 4;
+    const int64_t k_size = lay.k_scale > 0 ? (int64_t)sizeof(Act) : 4;
     int64_t k = lay.k + ((int64_t)(h / d.group) * d.K + sub * 4) * k_size;
     int64_t decay = lay.decay + ((int64_t)h * d.K + sub * 4) * 4;
     for (int32_t i = 0; i < count; i++) {
