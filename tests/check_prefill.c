@@ -4,10 +4,11 @@
  *   gate's lower bound, GVA, fp32 and bf16 state: the state and outputs against
  *   the token-by-token reference with an fp32 state (within 1e-4 of fp64 at
  *   these lengths), by the numerics contract's chunked bound (5e-3) where a
- *   bf16 state or bf16 outputs are involved and 1e-4 otherwise;
+ *   bf16 state or bf16 outputs are involved and 1e-4 otherwise (one-token
+ *   prompts eight at a time, taken as one tensor);
  * - a prompt continued over 2 to 5 calls against the same prompt in one call:
  *   bit for bit when every split falls on a 64-token chunk boundary (the same
- *   chunks computed), else within rounding (1e-5 with an fp32 state, 4e-3 with
+ *   chunks computed), else within rounding (1e-4 with an fp32 state, 1e-2 with
  *   a bf16 state, which is rounded at every call's end);
  * - the same prompt in native, compact and replay: the same bits. */
 #include <stdlib.h>
@@ -59,7 +60,53 @@ static void make_dims(test_rng *r, int gate, ssm_model_dims *m)
 static const int64_t lengths[] = {1, 63, 64, 65, 300, 4096};
 #define LENGTHS ((int)(sizeof lengths / sizeof lengths[0]))
 
-/* _i: length, gate form, state dtype, activation dtype; the mode rotates. */
+/* Prefills n fresh tokens into a fresh slot of `mode` and adds the state's
+ * and outputs' errors against the token-by-token reference (fp32 state, from
+ * zero) to the sums; the conv window must match the reference's exactly. */
+static void prefill_against_reference(test_rng *r, const ssm_model_dims *m, const char *mode,
+                                      ssm_dtype state, ssm_dtype act, int64_t n,
+                                      test_rms_sum *state_err, test_rms_sum *out_err)
+{
+    test_weights w;
+    test_weights_make(r, m, 1, &w);
+    test_io io;
+    test_io_make(r, m, act, n, &io);
+    int32_t slot;
+    ssm_ctx *ctx = open_ctx(m, mode, state, act, &slot);
+    prefill(ctx, slot, m, act, &w, &io, 0, n);
+    test_snapshot snap;
+    ck_assert_int_eq(test_snapshot_take(ctx, slot, &snap), SSM_OK);
+
+    int64_t state_elems = ssm_ref_state_elems(m), out_elems = n * m->value_heads * m->value_dim;
+    float *ref_state = calloc((size_t)state_elems, sizeof(float));
+    void *ref_window = calloc((size_t)ssm_ref_window_elems(m), ssm_dtype_size(act));
+    void *ref_out = calloc((size_t)out_elems, ssm_dtype_size(act));
+    float *scratch = calloc((size_t)ssm_ref_sequence_scratch_floats(m), sizeof(float));
+    ck_assert(ref_state && ref_window && ref_out && scratch);
+    ssm_step_io ref_io = io.io;
+    ref_io.out = ref_out;
+    ssm_ref_sequence(m, SSM_DTYPE_F32, act, &w.w, ref_window, ref_state, &ref_io, n, scratch);
+
+    test_rms_sum_add(state_err, snap.state[0], state, ref_state, SSM_DTYPE_F32, state_elems);
+    test_rms_sum_add(out_err, io.out, act, ref_out, act, out_elems);
+    ck_assert_msg(test_bitwise_equal(snap.conv[0], ref_window, act, ssm_ref_window_elems(m)),
+                  "the conv window after the prefill differs from the reference's");
+    test_snapshot_free(&snap);
+    free(ref_state);
+    free(ref_window);
+    free(ref_out);
+    free(scratch);
+    test_io_free(&io);
+    test_weights_free(&w);
+    ssm_ctx_destroy(ctx);
+}
+
+/* _i: length, gate form, state dtype, activation dtype; the mode rotates.
+ * One token from a zero state has the outputs (q . k) beta v: on a shape
+ * with one key head every output is that one dot product times v, and one
+ * prompt's relative RMS measures how far the product cancels (fp32 sums in
+ * two orders), not the code. Eight one-token prompts are taken as one
+ * tensor, as the reference's own tests take several runs. */
 START_TEST(prefill_matches_reference)
 {
     int64_t n = lengths[_i % LENGTHS];
@@ -71,46 +118,18 @@ START_TEST(prefill_matches_reference)
     test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 1) * 0x9e3779b97f4a7c15ull);
     ssm_model_dims m;
     make_dims(&r, gate, &m);
-    test_weights w;
-    test_weights_make(&r, &m, 1, &w);
-    test_io io;
-    test_io_make(&r, &m, act, n, &io);
-    int32_t slot;
-    ssm_ctx *ctx = open_ctx(&m, mode, state, act, &slot);
-    prefill(ctx, slot, &m, act, &w, &io, 0, n);
-    test_snapshot snap;
-    ck_assert_int_eq(test_snapshot_take(ctx, slot, &snap), SSM_OK);
-
-    /* The reference: token by token, fp32 state, from zero. */
-    int64_t state_elems = ssm_ref_state_elems(&m), out_elems = n * m.value_heads * m.value_dim;
-    float *ref_state = calloc((size_t)state_elems, sizeof(float));
-    void *ref_window = calloc((size_t)ssm_ref_window_elems(&m), ssm_dtype_size(act));
-    void *ref_out = calloc((size_t)out_elems, ssm_dtype_size(act));
-    float *scratch = calloc((size_t)ssm_ref_sequence_scratch_floats(&m), sizeof(float));
-    ck_assert(ref_state && ref_window && ref_out && scratch);
-    ssm_step_io ref_io = io.io;
-    ref_io.out = ref_out;
-    ssm_ref_sequence(&m, SSM_DTYPE_F32, act, &w.w, ref_window, ref_state, &ref_io, n, scratch);
+    test_rms_sum state_sum = {0, 0}, out_sum = {0, 0};
+    for (int prompt = 0; prompt < (n == 1 ? 8 : 1); prompt++)
+        prefill_against_reference(&r, &m, mode, state, act, n, &state_sum, &out_sum);
 
     double bound = state == SSM_DTYPE_BF16 || act == SSM_DTYPE_BF16 ? 5e-3 : 1e-4;
-    double state_err = test_rel_rms(snap.state[0], state, ref_state, SSM_DTYPE_F32, state_elems);
-    double out_err = test_rel_rms(io.out, act, ref_out, act, out_elems);
+    double state_err = test_rms_sum_value(&state_sum), out_err = test_rms_sum_value(&out_sum);
     ck_assert_msg(state_err <= (state == SSM_DTYPE_BF16 ? 5e-3 : 1e-4) && out_err <= bound,
                   "%s %s%s n=%lld state=%s act=%s H=%d HV=%d K=%d V=%d: relative RMS state %.3g, "
                   "outputs %.3g (bound %g)",
                   mode, ssm_model_kind_name(m.kind), gate == 2 ? " lower-bound" : "", (long long)n,
                   ssm_dtype_name(state), ssm_dtype_name(act), m.heads, m.value_heads, m.key_dim,
                   m.value_dim, state_err, out_err, bound);
-    ck_assert_msg(test_bitwise_equal(snap.conv[0], ref_window, act, ssm_ref_window_elems(&m)),
-                  "the conv window after the prefill differs from the reference's");
-    test_snapshot_free(&snap);
-    free(ref_state);
-    free(ref_window);
-    free(ref_out);
-    free(scratch);
-    test_io_free(&io);
-    test_weights_free(&w);
-    ssm_ctx_destroy(ctx);
 }
 END_TEST
 
@@ -187,9 +206,12 @@ START_TEST(continued_prompt_matches_one_call)
          * rounding the single call does not make. The numerics contract holds
          * each side within 5e-3 of the fp64 state (chunked prefill), so the two
          * may be 1e-2 apart; measured up to 4.3e-3 at 5 calls (SSM_TEST_SEED=
-         * 17347024830188261290, case 10), past the 4e-3 this once used. An
+         * 17347024830188261290, case 10), past the 4e-3 this once used. With
+         * an fp32 state each side is held within 1e-4 of the token-by-token
+         * reference above, so 1e-4 apart is the bound (1.17e-5 measured at 5
+         * calls, SSM_TEST_SEED=299 case 0, past the 1e-5 this once used). An
          * error in the algorithm is O(1). */
-        double bound = state == SSM_DTYPE_BF16 ? 2 * 5e-3 : 1e-5;
+        double bound = state == SSM_DTYPE_BF16 ? 2 * 5e-3 : 1e-4;
         double state_err = test_rel_rms(snap.state[0], state, first.state[0], state, state_elems);
         /* outputs in bf16: a rounding flip is 2^-8, so a bf16 bound */
         double out_err = test_rel_rms(split.out, act, first_out, act, out_elems);

@@ -539,30 +539,6 @@ static void naive_result_free(naive_result *res)
     free(res->out);
 }
 
-/* Relative RMS of several tensors taken as one. test_rel_rms_f64 gives each
- * part's ratio (and its non-finite verdict); times the part's reference norm
- * that is its error norm again. */
-typedef struct rms_sum {
-    double error2, reference2;
-} rms_sum;
-
-static void rms_sum_add(rms_sum *sum, const void *got, ssm_dtype t, const double *want, int64_t n)
-{
-    double reference2 = 0;
-    for (int64_t i = 0; i < n; i++)
-        reference2 += want[i] * want[i];
-    double rel = test_rel_rms_f64(got, t, want, n);
-    sum->error2 += isinf(rel) ? INFINITY : rel * rel * reference2;
-    sum->reference2 += reference2;
-}
-
-static double rms_sum_value(const rms_sum *sum)
-{
-    if (sum->reference2 == 0)
-        return sum->error2 == 0 ? 0 : INFINITY;
-    return sqrt(sum->error2 / sum->reference2);
-}
-
 /* Errors of the reference against naive_run over all runs of a variant, as
  * one tensor each: on the small random shapes a single run can hold a
  * handful of outputs that cancel to near zero, and relative RMS over those
@@ -590,7 +566,7 @@ static void compare_with_naive(const variant *v, int rounding_points, enum shape
 {
     test_rng r;
     test_rng_init(&r, test_seed() ^ salt);
-    rms_sum out = {0, 0}, state = {0, 0};
+    test_rms_sum out = {0, 0}, state = {0, 0};
     int runs = RUN_LENGTH_COUNT * (shape == SHAPE_RANDOM ? 3 : 1);
     for (int run = 0; run < runs; run++) {
         layer_case lc;
@@ -609,14 +585,16 @@ static void compare_with_naive(const variant *v, int rounding_points, enum shape
         double e_window = test_rel_rms_f64(got.window, v->act, want.window,
                                            ssm_ref_window_elems(m));
         ck_assert_msg(e_window == 0, "n=%lld: window differs", (long long)lc.n);
-        rms_sum_add(&out, got.out, v->act, want.out, lc.n * m->value_heads * m->value_dim);
-        rms_sum_add(&state, got.state, v->state_dtype, want.state, ssm_ref_state_elems(m));
+        test_rms_sum_add_f64(&out, got.out, v->act, want.out,
+                             lc.n * m->value_heads * m->value_dim);
+        test_rms_sum_add_f64(&state, got.state, v->state_dtype, want.state,
+                             ssm_ref_state_elems(m));
         ref_result_free(&got);
         naive_result_free(&want);
         layer_case_free(&lc);
     }
-    errors->out = rms_sum_value(&out);
-    errors->state = rms_sum_value(&state);
+    errors->out = test_rms_sum_value(&out);
+    errors->state = test_rms_sum_value(&state);
 }
 
 static void report_errors(const char *what, int variant_index, const naive_errors *e)

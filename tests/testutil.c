@@ -130,34 +130,52 @@ void test_io_free(test_io *t)
     memset(t, 0, sizeof *t);
 }
 
+/* Adds one pair of values to the sums. */
+static void rms_sum_pair(test_rms_sum *s, double x, double y)
+{
+    if (!isfinite(x) || !isfinite(y)) {
+        s->error2 = INFINITY;
+        return;
+    }
+    s->error2 += (x - y) * (x - y);
+    s->reference2 += y * y;
+}
+
+void test_rms_sum_add(test_rms_sum *s, const void *a, ssm_dtype ta, const void *b, ssm_dtype tb,
+                      int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        rms_sum_pair(s, ssm_ref_load(a, ta, i), ssm_ref_load(b, tb, i));
+}
+
+void test_rms_sum_add_f64(test_rms_sum *s, const void *a, ssm_dtype ta, const double *ref,
+                          int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        rms_sum_pair(s, ssm_ref_load(a, ta, i), ref[i]);
+}
+
+double test_rms_sum_value(const test_rms_sum *s)
+{
+    if (isinf(s->error2))
+        return INFINITY;
+    if (s->reference2 == 0)
+        return s->error2 == 0 ? 0 : INFINITY;
+    return sqrt(s->error2 / s->reference2);
+}
+
 double test_rel_rms(const void *a, ssm_dtype ta, const void *b, ssm_dtype tb, int64_t n)
 {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = ssm_ref_load(a, ta, i), y = ssm_ref_load(b, tb, i);
-        if (!isfinite(x) || !isfinite(y))
-            return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if (den == 0)
-        return num == 0 ? 0 : INFINITY;
-    return sqrt(num / den);
+    test_rms_sum s = {0, 0};
+    test_rms_sum_add(&s, a, ta, b, tb, n);
+    return test_rms_sum_value(&s);
 }
 
 double test_rel_rms_f64(const void *a, ssm_dtype ta, const double *ref, int64_t n)
 {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = ssm_ref_load(a, ta, i), y = ref[i];
-        if (!isfinite(x) || !isfinite(y))
-            return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    if (den == 0)
-        return num == 0 ? 0 : INFINITY;
-    return sqrt(num / den);
+    test_rms_sum s = {0, 0};
+    test_rms_sum_add_f64(&s, a, ta, ref, n);
+    return test_rms_sum_value(&s);
 }
 
 int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n)

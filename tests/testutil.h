@@ -47,6 +47,19 @@ double test_rel_rms(const void *a, ssm_dtype ta, const void *b, ssm_dtype tb, in
 /* Same for double arrays against a reference in doubles. */
 double test_rel_rms_f64(const void *a, ssm_dtype ta, const double *ref, int64_t n);
 
+/* Relative RMS of several tensors taken as one: the sums of squared errors
+ * and of squared reference values; a value that is not finite makes the
+ * error sum infinite. Start from {0, 0}. */
+typedef struct test_rms_sum {
+    double error2, reference2;
+} test_rms_sum;
+void test_rms_sum_add(test_rms_sum *s, const void *a, ssm_dtype ta, const void *b, ssm_dtype tb,
+                      int64_t n);
+void test_rms_sum_add_f64(test_rms_sum *s, const void *a, ssm_dtype ta, const double *ref,
+                          int64_t n);
+/* The sums' relative RMS, by test_rel_rms's rule. */
+double test_rms_sum_value(const test_rms_sum *s);
+
 /* 1 when n elements of two buffers of dtype t are identical bit for bit. */
 int test_bitwise_equal(const void *a, const void *b, ssm_dtype t, int64_t n);
 /* Element index of the first difference of two such buffers, or -1. */
