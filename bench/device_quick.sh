@@ -97,7 +97,8 @@ if wanted python && time_for 20; then
     tail -2 "$O/pytest_gpu.txt"
 fi
 if wanted prefill && time_for 60; then
-    timeout 120 python3 bench/prefill_modes.py --modes native,compact,replay --slots 8,256 \
+    timeout 180 python3 bench/prefill_modes.py --modes native,compact,replay --slots 8,256 \
+        --precision high,fast \
         --reps 10 >"$O/prefill_modes.txt" 2>&1
     echo "prefill_modes.py: exit $? $(elapsed)"
 fi
@@ -130,7 +131,7 @@ if wanted fla && time_for 60; then
 fi
 [ -f "$O/bench_chunk.txt" ] && cat "$O/bench_chunk.txt"
 [ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
-[ -f "$O/prefill_modes.txt" ] && grep -E "gdn|kda" "$O/prefill_modes.txt" | head -48
+[ -f "$O/prefill_modes.txt" ] && grep -E "gdn|kda" "$O/prefill_modes.txt" | head -96
 for v in default one_launch stages2 fold_job $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"

@@ -9,7 +9,7 @@ tokens/s per layer. The shapes are bench/fla_prefill.py's (1 x 4096, 8 x 1024, 8
 by side; bench/bench_chunk.cu times the chunk kernels alone. The pool size matters: the prefill's
 scratch holds min(slots, 64) chunks, and a pass runs that many chunks over the step's rows.
 Usage: python3 bench/prefill_modes.py [--modes native,...] [--slots 8,256] [--state f32,bf16]
-                                       [--only gdn|kda] [--reps N]
+                                       [--precision high,fast] [--only gdn|kda] [--reps N]
 Exit 77 when torch, a GPU or a CUDA build of libssmstate is missing.
 """
 import argparse
@@ -42,6 +42,7 @@ activation_dtype = bf16
 device = cuda
 max_requests = {slots}
 max_draft_tokens = 3
+prefill_precision = {precision}
 """
 
 
@@ -73,12 +74,13 @@ def graph_median_ms(torch, fn, reps):
     return statistics.median(times)
 
 
-def one_shape(torch, ssmstate, np, kind, H, HV, B, T, mode, state, slots, reps):
+def one_shape(torch, ssmstate, np, kind, H, HV, B, T, mode, state, slots, precision, reps):
     lengths = VARLEN_ROWS[:B] if T == "varlen" else [T] * B
     if slots < B:
         return None
     ctx = ssmstate.Context.from_string(INI.format(kind=kind, H=H, HV=HV, K=K, V=V, W=W, mode=mode,
-                                                  state=state, slots=slots))
+                                                  state=state, slots=slots,
+                                                  precision=precision))
     with ctx:
         dev = dict(device="cuda")
         D, GW = 2 * H * K + HV * V, HV * K if kind == "kda" else HV
@@ -104,6 +106,7 @@ def main():
     p.add_argument("--modes", default="native")
     p.add_argument("--slots", default="8,256")
     p.add_argument("--state", default="f32")
+    p.add_argument("--precision", default="high", help="[state] prefill_precision, a list")
     p.add_argument("--only", choices=("gdn", "kda"))
     p.add_argument("--reps", type=int, default=20)
     args = p.parse_args()
@@ -119,30 +122,32 @@ def main():
     except ImportError:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
         import ssmstate
-    print(f"{'model':6s} {'B x T':>12s} {'mode':8s} {'state':5s} {'slots':>5s} {'median ms':>10s} "
-          f"{'tokens/s/layer':>15s}", flush=True)
+    print(f"{'model':6s} {'B x T':>12s} {'mode':8s} {'state':5s} {'prec':4s} {'slots':>5s} "
+          f"{'median ms':>10s} {'tokens/s/layer':>15s}", flush=True)
     for kind, H, HV, B, T in SHAPES:
         if args.only and kind != args.only:
             continue
         label = f"{B:4d} varlen" if T == "varlen" else f"{B:4d} x {T:<5d}"
         for mode in args.modes.split(","):
-            for state in args.state.split(","):
-                for slots in (int(s) for s in args.slots.split(",")):
+            for state, precision, slots in ((s, p, int(n)) for s in args.state.split(",")
+                                            for p in args.precision.split(",")
+                                            for n in args.slots.split(",")):
                     try:
                         got = one_shape(torch, ssmstate, np, kind, H, HV, B, T, mode, state, slots,
-                                        args.reps)
+                                        precision, args.reps)
                     except ssmstate.LibraryNotFoundError as e:
                         skip(str(e))
                     except ssmstate.SsmError as e:
                         if e.code == ssmstate.Status.ERR_CONFIG and "CUDA" in e.message:
                             skip(f"libssmstate has no CUDA ({e.message})")
-                        print(f"# {kind} {label} {mode} {state} {slots}: {e}", flush=True)
+                        print(f"# {kind} {label} {mode} {state} {precision} {slots}: {e}",
+                              flush=True)
                         continue
                     if got is None:
                         continue
                     ms, n = got
-                    print(f"{kind:6s} {label:>12s} {mode:8s} {state:5s} {slots:5d} {ms:10.3f} "
-                          f"{n / ms / 1e3:14.2f}M", flush=True)
+                    print(f"{kind:6s} {label:>12s} {mode:8s} {state:5s} {precision:4s} {slots:5d} "
+                          f"{ms:10.3f} {n / ms / 1e3:14.2f}M", flush=True)
     return 0
 
 

@@ -43,7 +43,7 @@ static const char *missing_capability(const ssm_config *c, uint64_t caps)
 
 /* Mode parameters for `c` with the options of the section called `section`;
  * the options array is allocated (free it) unless the section is absent. */
-static ssm_status build_params(const ssm_config *c, const char *section, ssm_mode_params_v1 *p,
+static ssm_status build_params(const ssm_config *c, const char *section, ssm_mode_params_v2 *p,
                                ssm_option_v1 **options)
 {
     memset(p, 0, sizeof *p);
@@ -54,6 +54,8 @@ static ssm_status build_params(const ssm_config *c, const char *section, ssm_mod
     p->device = c->device;
     p->capacity = c->max_requests;
     p->max_tokens = 1 + c->max_draft_tokens;
+    p->prefill_precision = c->prefill_precision == SSM_PREFILL_PRECISION_HIGH ? SSM_PREFILL_HIGH
+                                                                              : SSM_PREFILL_FAST;
     *options = NULL;
     int32_t index = ssm_config_find_section(c, section);
     if (index < 0 || c->mode_options_count[index] == 0)
@@ -74,12 +76,12 @@ static ssm_status build_params(const ssm_config *c, const char *section, ssm_mod
 
 /* Lets the plugin judge its options and the combination; a rejection is a
  * config error at the offending option's line (or its section's). */
-static ssm_status check_with_plugin(const ssm_config *c, const ssm_plugin_v1 *t,
-                                    const ssm_mode_params_v1 *p, const char *section)
+static ssm_status check_with_plugin(const ssm_config *c, const ssm_loaded_plugin *plugin,
+                                    const ssm_mode_params_v2 *p, const char *section)
 {
     char why[512] = "";
     int32_t bad = -1;
-    if (t->check_config(p, why, sizeof why, &bad) == SSM_OK)
+    if (ssm_loader_check_config(plugin, p, why, sizeof why, &bad) == SSM_OK)
         return SSM_OK;
     char where[512];
     int32_t index = ssm_config_find_section(c, section);
@@ -91,7 +93,7 @@ static ssm_status check_with_plugin(const ssm_config *c, const ssm_plugin_v1 *t,
         return ssm_error_set(SSM_ERR_CONFIG, "%s[%s] %s: %s", where, section,
                              p->options[bad].key, why[0] ? why : "rejected by the plugin");
     return ssm_error_set(SSM_ERR_CONFIG, "%smode '%s' rejects this configuration: %s", where,
-                         t->name, why[0] ? why : "no reason given");
+                         plugin->table.name, why[0] ? why : "no reason given");
 }
 
 /* Every mode section other than the selected mode's must name a mode plugin
@@ -112,11 +114,11 @@ static ssm_status check_other_sections(const ssm_config *c)
         if (ssm_loader_open_mode(name, c->plugin_dir, &other) != SSM_OK)
             return ssm_error_set(SSM_ERR_CONFIG, "%sunknown section [%s]: %s", where, name,
                                  ssm_last_error());
-        ssm_mode_params_v1 params;
+        ssm_mode_params_v2 params;
         ssm_option_v1 *options = NULL;
         ssm_status status = build_params(c, name, &params, &options);
         if (status == SSM_OK)
-            status = check_with_plugin(c, other.table, &params, name);
+            status = check_with_plugin(c, &other, &params, name);
         ssm_free(options);
         ssm_loader_close(&other);
         if (status != SSM_OK)
@@ -130,7 +132,7 @@ static ssm_status check_other_sections(const ssm_config *c)
  * on it, load, check, plan. On success the caller owns *plugin and
  * *options. */
 static ssm_status resolve(const ssm_config *c, int check_device, ssm_loaded_plugin *plugin,
-                          ssm_mode_params_v1 *params, ssm_option_v1 **options, ssm_plan *plan)
+                          ssm_mode_params_v2 *params, ssm_option_v1 **options, ssm_plan *plan)
 {
     ssm_status status = ssm_config_validate(c);
     /* The device before anything is loaded or allocated on it: a missing
@@ -149,22 +151,22 @@ static ssm_status resolve(const ssm_config *c, int check_device, ssm_loaded_plug
     status = ssm_loader_open_mode(c->mode, c->plugin_dir, &loaded);
     if (status != SSM_OK)
         return status;
-    const char *missing = missing_capability(c, loaded.table->capabilities);
+    const char *missing = missing_capability(c, loaded.table.capabilities);
     if (missing) {
         char caps[256];
         status = ssm_error_set(SSM_ERR_UNSUPPORTED, "mode '%s' (%s) does not support %s; it offers: %s",
                                c->mode, loaded.path, missing,
-                               capability_names(loaded.table->capabilities, caps, sizeof caps));
+                               capability_names(loaded.table.capabilities, caps, sizeof caps));
         goto fail;
     }
     status = build_params(c, c->mode, params, options);
     if (status == SSM_OK)
-        status = check_with_plugin(c, loaded.table, params, c->mode);
+        status = check_with_plugin(c, &loaded, params, c->mode);
     if (status == SSM_OK)
         status = check_other_sections(c);
     ssm_mode_plan_v1 mode_plan = {0};
     if (status == SSM_OK)
-        status = loaded.table->plan(params, &mode_plan);
+        status = ssm_loader_plan(&loaded, params, &mode_plan);
     /* Every limit at its maximum gives a pool past 2^64 bytes: refuse it
      * rather than plan (and allocate) a wrapped size. */
     uint64_t slot_bytes = 0, pool_bytes = 0;
@@ -209,7 +211,7 @@ ssm_status ssm_config_plan(const ssm_config *config, ssm_plan *out)
     if (!config || !out)
         return ssm_error_set(SSM_ERR_INVALID_ARGUMENT, "ssm_config_plan: NULL argument");
     ssm_loaded_plugin plugin = {0};
-    ssm_mode_params_v1 params;
+    ssm_mode_params_v2 params;
     ssm_option_v1 *options = NULL;
     ssm_plan plan;
     ssm_status status = resolve(config, 0, &plugin, &params, &options, &plan);
@@ -265,8 +267,7 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         release_context(ctx);
         return status;
     }
-    ssm_loader_table(&ctx->plugin, &ctx->mode_table);
-    ctx->mode = &ctx->mode_table;
+    ctx->mode = &ctx->plugin.table;
     ctx->capacity = ctx->config->max_requests;
     ctx->slot_acquired = ssm_calloc((size_t)ctx->capacity, 1);
     ctx->slot_flags = ssm_calloc((size_t)ctx->capacity, sizeof *ctx->slot_flags);
@@ -288,7 +289,7 @@ ssm_status ssm_ctx_create(const ssm_config *config, ssm_ctx **out)
         status = ssm_device_pages_create(ctx);
     if (status == SSM_OK) {
         ssm_services_init(ctx, &ctx->services);
-        status = ctx->mode->create(&ctx->params, &ctx->services, &ctx->instance);
+        status = ssm_loader_create(&ctx->plugin, &ctx->params, &ctx->services, &ctx->instance);
         if (status != SSM_OK)
             ctx->instance = NULL;
     }

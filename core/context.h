@@ -9,11 +9,10 @@
 struct ssm_ctx {
     ssm_config *config;          /* owned copy */
     ssm_loaded_plugin plugin;
-    const ssm_plugin_v1 *mode;   /* == &mode_table */
-    ssm_plugin_v1 mode_table;    /* the plugin's table, entries it lacks NULL (ssm_loader_table) */
+    const ssm_plugin_v2 *mode;   /* == &plugin.table: every method but the three of ssm_mode_* */
     void *instance;              /* the plugin's */
     ssm_services_v1 services;
-    ssm_mode_params_v1 params;
+    ssm_mode_params_v2 params;
     ssm_plan plan;
     int32_t capacity;
     uint8_t *slot_acquired;      /* [capacity] */

@@ -24,14 +24,16 @@
 #define SSM_PLUGIN_DIR "/usr/local/lib/ssmstate"
 #endif
 
-/* The entry symbols this library speaks, newest first. A new ABI version adds
- * a line here and an adapter file that turns its table into the current one. */
+/* The entry symbols this library speaks, newest first, and the shortest
+ * table of each. A new ABI version adds a line here and an adapter file that
+ * turns the tables before it into its own (loader_v1.c). */
 static const struct {
     const char *symbol;
     uint32_t version;
-    size_t size;
+    size_t min_size;
 } entry_points[] = {
-    {SSM_PLUGIN_V1_SYMBOL, SSM_PLUGIN_V1_ABI_VERSION, sizeof(ssm_plugin_v1)},
+    {SSM_PLUGIN_V2_SYMBOL, SSM_PLUGIN_V2_ABI_VERSION, sizeof(ssm_plugin_v2)},
+    {SSM_PLUGIN_V1_SYMBOL, SSM_PLUGIN_V1_ABI_VERSION, SSM_PLUGIN_V1_MIN_SIZE},
 };
 #define ENTRY_POINT_COUNT (sizeof entry_points / sizeof entry_points[0])
 
@@ -48,11 +50,13 @@ static int same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-static const char *missing_method(const ssm_plugin_v1 *t)
+/* The first required method a table lacks, or NULL. check_config, plan and
+ * create are the file's own (a v1 file's are not in the v2 table). */
+static const char *missing_method(const ssm_plugin_v2 *t, int check_config, int plan, int create)
 {
-    if (!t->check_config) return "check_config";
-    if (!t->plan) return "plan";
-    if (!t->create) return "create";
+    if (!check_config) return "check_config";
+    if (!plan) return "plan";
+    if (!create) return "create";
     if (!t->destroy) return "destroy";
     if (!t->reset_slot) return "reset_slot";
     if (!t->prefill) return "prefill";
@@ -62,21 +66,38 @@ static const char *missing_method(const ssm_plugin_v1 *t)
     return NULL;
 }
 
-static ssm_status check_table(const char *path, const char *symbol, const ssm_plugin_v1 *t)
+/* Checks the table at `address`, the entry symbol of ABI `version`, and
+ * fills out->table (and for v1, the adapter's copy). */
+static ssm_status adopt_table(const char *path, const char *symbol, uint32_t version,
+                              size_t min_size, const void *address, ssm_loaded_plugin *out)
 {
-    if (t->abi_version != SSM_PLUGIN_V1_ABI_VERSION)
+    const ssm_plugin_v1 *head = address; /* every version starts with v1's first fields */
+    if (head->abi_version != version)
         return ssm_error_set(SSM_ERR_PLUGIN,
                              "%s: symbol %s declares plugin ABI version %u; this library "
                              "speaks version %u",
-                             path, symbol, t->abi_version, SSM_PLUGIN_V1_ABI_VERSION);
-    if (t->struct_size < SSM_PLUGIN_V1_MIN_SIZE)
+                             path, symbol, head->abi_version, version);
+    if (head->struct_size < min_size)
         return ssm_error_set(SSM_ERR_PLUGIN,
                              "%s: symbol %s has a table of %u bytes; ABI version %u needs %zu",
-                             path, symbol, t->struct_size, t->abi_version,
-                             (size_t)SSM_PLUGIN_V1_MIN_SIZE);
+                             path, symbol, head->struct_size, version, min_size);
+    int check_config, plan, create;
+    out->abi_version = version;
+    if (version == SSM_PLUGIN_V1_ABI_VERSION) {
+        ssm_loader_v1_adopt(head, out);
+        check_config = out->v1.check_config != NULL;
+        plan = out->v1.plan != NULL;
+        create = out->v1.create != NULL;
+    } else {
+        memcpy(&out->table, address, sizeof out->table);
+        check_config = out->table.check_config != NULL;
+        plan = out->table.plan != NULL;
+        create = out->table.create != NULL;
+    }
+    const ssm_plugin_v2 *t = &out->table;
     if (!t->name || !*t->name || strlen(t->name) >= 64)
         return ssm_error_set(SSM_ERR_PLUGIN, "%s: the plugin table has no usable name", path);
-    const char *missing = missing_method(t);
+    const char *missing = missing_method(t, check_config, plan, create);
     if (missing)
         return ssm_error_set(SSM_ERR_PLUGIN, "%s: the plugin table lacks the method '%s'", path,
                              missing);
@@ -132,22 +153,23 @@ ssm_status ssm_loader_open_file(const char *path, const char *mode, ssm_loaded_p
                      entry_points[i].version);
             continue;
         }
-        const ssm_plugin_v1 *table = (const ssm_plugin_v1 *)address;
-        ssm_status status = check_table(path, symbol, table);
-        if (status == SSM_OK && strcmp(table->name, named) != 0)
+        ssm_loaded_plugin loaded = {0};
+        ssm_status status = adopt_table(path, symbol, entry_points[i].version,
+                                        entry_points[i].min_size, address, &loaded);
+        if (status == SSM_OK && strcmp(loaded.table.name, named) != 0)
             status = ssm_error_set(SSM_ERR_PLUGIN,
                                    "%s: file is named for mode '%s' but its table says '%s'",
-                                   path, named, table->name);
+                                   path, named, loaded.table.name);
         if (status != SSM_OK) {
             dlclose(handle); /* not pinned yet: a refused file is unmapped */
             return status;
         }
         pin(path);
-        out->handle = handle;
-        out->table = (const ssm_plugin_v1 *)address;
-        snprintf(out->path, sizeof out->path, "%s", path);
-        ssm_log(2, "loaded mode '%s' (mode version %u, ABI v%u) from %s", out->table->name,
-                out->table->mode_version, out->table->abi_version, path);
+        loaded.handle = handle;
+        snprintf(loaded.path, sizeof loaded.path, "%s", path);
+        *out = loaded;
+        ssm_log(2, "loaded mode '%s' (mode version %u, ABI v%u) from %s", out->table.name,
+                out->table.mode_version, out->abi_version, path);
         return SSM_OK;
     }
     dlclose(handle);
@@ -157,22 +179,12 @@ ssm_status ssm_loader_open_file(const char *path, const char *mode, ssm_loaded_p
                          path, tried);
 }
 
-void ssm_loader_table(const ssm_loaded_plugin *plugin, ssm_plugin_v1 *out)
-{
-    size_t size = plugin->table->struct_size < sizeof *out ? plugin->table->struct_size
-                                                           : sizeof *out;
-    memset(out, 0, sizeof *out);
-    memcpy(out, plugin->table, size);
-}
-
 void ssm_loader_close(ssm_loaded_plugin *plugin)
 {
     if (plugin && plugin->handle)
         dlclose(plugin->handle);
-    if (plugin) {
+    if (plugin)
         plugin->handle = NULL;
-        plugin->table = NULL;
-    }
 }
 
 /* Calls visit_dir(dir, user) for plugin_dir, the installed directory and each

@@ -43,10 +43,10 @@ static int list_file(const char *path, void *user)
     ssm_loaded_plugin loaded = {0};
     info.status = ssm_loader_open_file(path, NULL, &loaded);
     if (info.status == SSM_OK) {
-        info.abi_version = loaded.table->abi_version;
-        info.mode_version = loaded.table->mode_version;
-        info.capabilities = loaded.table->capabilities;
-        snprintf(info.name, sizeof info.name, "%s", loaded.table->name);
+        info.abi_version = loaded.abi_version;
+        info.mode_version = loaded.table.mode_version;
+        info.capabilities = loaded.table.capabilities;
+        snprintf(info.name, sizeof info.name, "%s", loaded.table.name);
         ssm_loader_close(&loaded);
     } else {
         snprintf(info.error, sizeof info.error, "%s", ssm_last_error());

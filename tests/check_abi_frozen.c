@@ -1,15 +1,16 @@
-/* check_abi_frozen: plugin ABI v1 is frozen (docs/abi.md, "Freeze"). Its
- * structs, the shared types of types.h they hold by value, and its constants
- * are pinned here at compile time: any change to them fails the build, where
- * it would otherwise change the ABI without a word. The layouts are those of
- * an LP64 target (x86-64, aarch64); elsewhere only the constants are pinned.
- * A change that needs a new field is a new ABI version (plugin_v2.h, an
- * adapter in the loader), never an edit here. Prints TAP. */
+/* check_abi_frozen: plugin ABIs v1 and v2 are frozen (docs/abi.md,
+ * "Freeze"). Their structs, the shared types of types.h they hold by value,
+ * and their constants are pinned here at compile time: any change to them
+ * fails the build, where it would otherwise change the ABI without a word.
+ * The layouts are those of an LP64 target (x86-64, aarch64); elsewhere only
+ * the constants are pinned. A change that needs a new field is a new ABI
+ * version (its own header, an adapter in the loader), never an edit here.
+ * Prints TAP. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ssmstate/plugin_v1.h"
+#include "ssmstate/plugin_v2.h"
 
 #define SIZE(type, bytes) _Static_assert(sizeof(type) == (bytes), #type " changed size")
 #define OFFSET(type, field, at)                                                                   \
@@ -18,6 +19,9 @@
 
 /* Constants: every target. */
 VALUE(SSM_PLUGIN_V1_ABI_VERSION, 1u);
+VALUE(SSM_PLUGIN_V2_ABI_VERSION, 2u);
+VALUE(SSM_PREFILL_FAST, 0);
+VALUE(SSM_PREFILL_HIGH, 1);
 VALUE(SSM_OK, 0);
 VALUE(SSM_ERR_INVALID_ARGUMENT, 1);
 VALUE(SSM_ERR_CONFIG, 2);
@@ -113,6 +117,15 @@ OFFSET(ssm_plugin_v1, export_slots, 136);
 OFFSET(ssm_plugin_v1, tune_space, 152);
 OFFSET(ssm_plugin_v1, tune_apply, 184);
 _Static_assert(SSM_PLUGIN_V1_MIN_SIZE == 136, "the shortest table the loader reads moved");
+/* Version 2: the parameters grew a field; the table is v1's with them. */
+SIZE(ssm_mode_params_v2, 88);
+OFFSET(ssm_mode_params_v2, model, 4);
+OFFSET(ssm_mode_params_v2, options, 72);
+OFFSET(ssm_mode_params_v2, prefill_precision, 80);
+SIZE(ssm_plugin_v2, 192);
+OFFSET(ssm_plugin_v2, check_config, 32);
+OFFSET(ssm_plugin_v2, materialize, 128);
+OFFSET(ssm_plugin_v2, tune_apply, 184);
 #else
 #define LP64_PINNED 0
 #endif
@@ -121,9 +134,9 @@ int main(void)
 {
     /* Everything above is checked by the compiler; this is its report. */
     printf("1..2\n");
-    printf("ok 1 - plugin ABI v1 constants as frozen\n");
+    printf("ok 1 - plugin ABI v1 and v2 constants as frozen\n");
     if (LP64_PINNED)
-        printf("ok 2 - plugin ABI v1 struct layouts as frozen (LP64)\n");
+        printf("ok 2 - plugin ABI v1 and v2 struct layouts as frozen (LP64)\n");
     else
         printf("ok 2 # SKIP struct layouts are pinned on LP64 targets only\n");
     return 0;

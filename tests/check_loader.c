@@ -1,6 +1,7 @@
 /* Plugin discovery and loading: every way a plugin can be missing or wrong
  * gives one clear error naming the path, the symbol and the versions, and
  * leaves nothing behind. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,36 +58,42 @@ START_TEST(test_library_without_symbol_refused)
     ssm_loaded_plugin p = {0};
     ck_assert_int_eq(ssm_loader_open_file(path, NULL, &p), SSM_ERR_PLUGIN);
     ck_assert_error_has("is not an ssmstate plugin");
-    ck_assert_error_has("ssm_plugin_entry_v1 (v1)");
+    ck_assert_error_has("ssm_plugin_entry_v2 (v2), ssm_plugin_entry_v1 (v1)");
     ck_assert_error_has(path);
 }
 END_TEST
 
-/* A table of ABI 0.1 (before export_slots and import_slots) loads, and the
- * core's copy of it reads the entries past its struct_size as NULL. */
+/* A v1 table that ends at materialize (before export_slots and import_slots)
+ * loads through the v1 adapter: the table the core calls reads the entries
+ * past its struct_size as NULL, and its check_config, plan and create are
+ * reached through ssm_loader_* only. */
 START_TEST(test_old_table_accepted)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/old_table.so", test_plugin_dir());
     ssm_loaded_plugin p = {0};
     ck_assert_msg(ssm_loader_open_file(path, NULL, &p) == SSM_OK, "%s", ssm_last_error());
-    ck_assert_uint_eq(p.table->struct_size, SSM_PLUGIN_V1_MIN_SIZE);
+    ck_assert_uint_eq(p.abi_version, SSM_PLUGIN_V1_ABI_VERSION);
+    ck_assert_uint_eq(p.v1.struct_size, SSM_PLUGIN_V1_MIN_SIZE);
     ck_assert_uint_lt(SSM_PLUGIN_V1_MIN_SIZE, sizeof(ssm_plugin_v1));
-    ck_assert_ptr_nonnull(p.table->export_slots); /* the object has one, past its table */
-    ssm_plugin_v1 copy;
-    memset(&copy, 0xAB, sizeof copy);
-    ssm_loader_table(&p, &copy);
-    ck_assert_ptr_eq(copy.commit, p.table->commit);
-    ck_assert_ptr_null(copy.export_slots);
-    ck_assert_ptr_null(copy.import_slots);
+    const ssm_plugin_v1 *own = dlsym(p.handle, SSM_PLUGIN_V1_SYMBOL);
+    ck_assert_ptr_nonnull(own);
+    ck_assert_ptr_nonnull(own->export_slots); /* the object has one, past its table */
+    ck_assert_ptr_eq(p.table.commit, own->commit);
+    ck_assert_ptr_null(p.table.export_slots);
+    ck_assert_ptr_null(p.table.import_slots);
+    ck_assert_ptr_null(p.table.check_config);
+    ck_assert_ptr_eq(p.v1.check_config, own->check_config);
+    ck_assert_str_eq(p.table.name, "old_table");
     ssm_loader_close(&p);
 
-    /* today's plugins carry the 0.2 entries */
+    /* today's plugins speak v2, their table whole */
     ck_assert_int_eq(ssm_loader_open_mode("native", NULL, &p), SSM_OK);
-    ck_assert_uint_eq(p.table->struct_size, sizeof(ssm_plugin_v1));
-    ssm_loader_table(&p, &copy);
-    ck_assert_ptr_nonnull(copy.export_slots);
-    ck_assert_ptr_nonnull(copy.import_slots);
+    ck_assert_uint_eq(p.abi_version, SSM_PLUGIN_V2_ABI_VERSION);
+    ck_assert_uint_eq(p.table.struct_size, sizeof(ssm_plugin_v2));
+    ck_assert_ptr_nonnull(p.table.check_config);
+    ck_assert_ptr_nonnull(p.table.export_slots);
+    ck_assert_ptr_nonnull(p.table.import_slots);
     ssm_loader_close(&p);
 }
 END_TEST
@@ -173,7 +180,7 @@ START_TEST(test_misnamed_plugin_not_pinned)
 
     replace_file(compact.path, path);
     ck_assert_msg(ssm_loader_open_mode("compact", dir, &p) == SSM_OK, "%s", ssm_last_error());
-    ck_assert_str_eq(p.table->name, "compact");
+    ck_assert_str_eq(p.table.name, "compact");
     ck_assert_str_eq(p.path, path);
     ck_assert_msg(mapped_under(dir), "the accepted %s is not mapped", path);
     ssm_loader_close(&p);
@@ -188,8 +195,8 @@ START_TEST(test_native_found_on_env_path)
 {
     ssm_loaded_plugin p = {0};
     ck_assert_msg(ssm_loader_open_mode("native", NULL, &p) == SSM_OK, "%s", ssm_last_error());
-    ck_assert_str_eq(p.table->name, "native");
-    ck_assert_uint_eq(p.table->abi_version, SSM_PLUGIN_V1_ABI_VERSION);
+    ck_assert_str_eq(p.table.name, "native");
+    ck_assert_uint_eq(p.abi_version, SSM_PLUGIN_V2_ABI_VERSION);
     ck_assert_ptr_nonnull(strstr(p.path, "native.so"));
     ssm_loader_close(&p);
     ck_assert_ptr_null(p.handle);
@@ -215,7 +222,8 @@ START_TEST(test_list_reports_good_and_bad)
     int native = 0, wrong = 0, nosym = 0;
     for (int32_t i = 0; i < count && i < 32; i++) {
         if (strcmp(info[i].name, "native") == 0 && info[i].status == SSM_OK)
-            native = info[i].abi_version == 1 && (info[i].capabilities & SSM_CAP_CPU);
+            native = info[i].abi_version == SSM_PLUGIN_V2_ABI_VERSION &&
+                     (info[i].capabilities & SSM_CAP_CPU);
         if (strcmp(info[i].name, "wrong_abi") == 0)
             wrong = info[i].status == SSM_ERR_PLUGIN && strstr(info[i].error, "99") != NULL;
         if (strcmp(info[i].name, "no_symbol") == 0)
@@ -290,6 +298,54 @@ START_TEST(test_context_with_wrong_abi_mode)
              "plugin_dir = %s\n", test_plugin_dir());
     ck_assert_int_eq(create_from_text(text), SSM_ERR_PLUGIN);
     ck_assert_error_has("ABI version 99");
+}
+END_TEST
+
+/* [state] prefill_precision reaches a v2 mode's check_config and plan as
+ * SSM_PREFILL_*; the default is high. A v1 mode is not told and plans under
+ * either setting (the adapter). */
+START_TEST(test_prefill_precision_reaches_the_mode)
+{
+    static const char *const settings[] = {"", "prefill_precision = fast\n",
+                                           "prefill_precision = high\n"};
+    static const int32_t expected[] = {SSM_PREFILL_HIGH, SSM_PREFILL_FAST, SSM_PREFILL_HIGH};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/precision_probe.so", test_plugin_dir());
+    ssm_loaded_plugin probe = {0};
+    ck_assert_msg(ssm_loader_open_file(path, NULL, &probe) == SSM_OK, "%s", ssm_last_error());
+    struct {
+        int32_t check_config, plan;
+    } *seen = dlsym(probe.handle, "precision_probe_seen");
+    ck_assert_ptr_nonnull(seen);
+    for (int i = 0; i < 3; i++) {
+        for (int v1 = 0; v1 < 2; v1++) {
+            char text[1024];
+            snprintf(text, sizeof text,
+                     "%s[state]\nmode = %s\nstate_dtype = f32\nmax_requests = 1\n%s"
+                     "plugin_dir = %s\n",
+                     model_text, v1 ? "layout_probe" : "precision_probe", settings[i],
+                     test_plugin_dir());
+            ssm_config *config = NULL;
+            ck_assert_int_eq(ssm_config_parse_text(text, "test.ini", &config), SSM_OK);
+            ck_assert_int_eq(config->prefill_precision,
+                             expected[i] == SSM_PREFILL_HIGH ? SSM_PREFILL_PRECISION_HIGH
+                                                             : SSM_PREFILL_PRECISION_FAST);
+            seen->check_config = seen->plan = -1;
+            ssm_plan plan;
+            ck_assert_msg(ssm_config_plan(config, &plan) == SSM_OK, "%s", ssm_last_error());
+            ssm_config_free(config);
+            ck_assert_int_eq(seen->check_config, v1 ? -1 : expected[i]);
+            ck_assert_int_eq(seen->plan, v1 ? -1 : expected[i]);
+        }
+    }
+    char text[1024];
+    snprintf(text, sizeof text, "%s[state]\nmode = native\nstate_dtype = f32\n"
+             "max_requests = 1\nprefill_precision = bf16\n", model_text);
+    ssm_config *config = NULL;
+    ck_assert_int_eq(ssm_config_parse_text(text, "test.ini", &config), SSM_ERR_CONFIG);
+    ck_assert_ptr_null(config);
+    ck_assert_error_has("[state] prefill_precision = 'bf16' is not valid (allowed: fast, high)");
+    ssm_loader_close(&probe);
 }
 END_TEST
 
@@ -556,6 +612,7 @@ Suite *make_suite(void)
     tcase_add_test(contexts, test_context_with_wrong_abi_mode);
     tcase_add_test(contexts, test_context_with_missing_mode);
     tcase_add_test(contexts, test_context_with_missing_plugin_dir);
+    tcase_add_test(contexts, test_prefill_precision_reaches_the_mode);
     tcase_add_test(contexts, test_device_checked_first);
     tcase_add_test(contexts, test_unknown_section_is_config_error);
     tcase_add_test(contexts, test_pool_past_2_64_bytes);

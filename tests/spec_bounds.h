@@ -12,6 +12,8 @@
  *   spec_bound_cpu_vs_cuda, spec_bound_cpu_vs_cuda_state: the same mode (or
  *     native) on the CPU against a CUDA context, decode, verify and prefill:
  *     BOUND_CPU_VS_CUDA.
+ *   spec_bound_fast_prefill_cpu_vs_cuda: a CUDA prefill under
+ *     prefill_precision = fast against the CPU's.
  *
  * "Whole tensor" is here the whole output of a session, per layer,
  * assembled block by block (spec_add_block): held per block (one row of one
@@ -60,6 +62,11 @@ spec_bound spec_bound_cpu_vs_cuda(ssm_dtype state_dtype, ssm_dtype act);
 /* Matrix states, the CPU against CUDA (one exported state per slot and
  * layer). */
 spec_bound spec_bound_cpu_vs_cuda_state(ssm_dtype state_dtype);
+
+/* Outputs and states, the CPU against a CUDA prefill under prefill_precision
+ * = fast: each side within the chunked prefill's 5e-3 of fp64, so the two
+ * within 1e-2 (the CPU's fp32 prefill is within 1e-6 of fp64). */
+spec_bound spec_bound_fast_prefill_cpu_vs_cuda(void);
 
 /* Matrix states, one device: a mode whose exported state is not native's
  * bit for bit (the built-in modes' are) against the CPU reference. */

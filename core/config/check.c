@@ -160,6 +160,11 @@ static ssm_status check_state(const checker *ck)
                           "[state] device type %d is not a device (allowed: cpu, cuda, cuda:N)",
                           (int)c->device.type);
     }
+    if (c->prefill_precision != SSM_PREFILL_PRECISION_FAST &&
+        c->prefill_precision != SSM_PREFILL_PRECISION_HIGH)
+        return check_fail(ck, KEY_PREFILL_PRECISION, KEY_NONE,
+                          "[state] prefill_precision = %d is not a precision (allowed: fast, high)",
+                          (int)c->prefill_precision);
     return check_int_keys(ck, SECTION_STATE);
 }
 

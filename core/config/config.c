@@ -47,6 +47,7 @@ const key_spec key_specs[KEY_COUNT] = {
     [KEY_MAX_DRAFT_TOKENS] = INT_KEY(SECTION_STATE, "max_draft_tokens", 0, max_draft_tokens, 0,
                                      SSM_MAX_DRAFT_TOKENS),
     [KEY_PLUGIN_DIR] = OTHER_KEY(SECTION_STATE, "plugin_dir", 0),
+    [KEY_PREFILL_PRECISION] = OTHER_KEY(SECTION_STATE, "prefill_precision", 0),
     /* docs/tuning.md */
     [KEY_TUNING_MODE] = OTHER_KEY(SECTION_TUNING, "mode", 0),
     [KEY_TUNING_CACHE] = OTHER_KEY(SECTION_TUNING, "cache", 0),
@@ -241,6 +242,7 @@ void ssm_config_defaults(ssm_config *config)
     config->max_requests = 1;
     config->max_draft_tokens = 0;
     config->plugin_dir = NULL;
+    config->prefill_precision = SSM_PREFILL_PRECISION_HIGH;
     config->source = NULL;
 }
 

@@ -235,6 +235,14 @@ static ssm_status take_value(parse_state *ps, config_key key, const char *value)
             return parse_fail(ps, "[state] plugin_dir = '%s' cannot be resolved: %s", value,
                               strerror(errno));
         return SSM_OK;
+    case KEY_PREFILL_PRECISION:
+        if (!strcmp(value, "fast"))
+            c->prefill_precision = SSM_PREFILL_PRECISION_FAST;
+        else if (!strcmp(value, "high"))
+            c->prefill_precision = SSM_PREFILL_PRECISION_HIGH;
+        else
+            return fail_value(ps, key, value, PARSE_BAD, "fast, high");
+        return SSM_OK;
     case KEY_TUNING_MODE:
         if (!strcmp(value, "off"))
             c->tuning.mode = SSM_TUNING_OFF;

@@ -27,7 +27,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 typedef struct rerun_mode {
-    ssm_mode_params_v1 params;
+    ssm_mode_params_v2 params;
     const ssm_services_v1 *services;
     size_t state_bytes, conv_bytes, stash_bytes; /* per (slot, layer) */
     uint8_t *states;  /* [capacity][layers] states */
@@ -65,7 +65,7 @@ static ssm_cpu_target target_of(rerun_mode *r)
 }
 
 /* Bytes of one kept token. */
-static size_t token_bytes(const ssm_mode_params_v1 *p)
+static size_t token_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)ssm_ref_token_floats(&p->model) * sizeof(float);
 }
@@ -81,7 +81,7 @@ static ssm_ref_token kept_token(rerun_mode *r, int32_t slot, int32_t layer, int3
 
 /* ------------------------------------------------------------ the table */
 
-static ssm_status rerun_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+static ssm_status rerun_check_config(const ssm_mode_params_v2 *p, char *why, size_t why_len,
                                      int32_t *bad_option)
 {
     *bad_option = -1;
@@ -97,7 +97,7 @@ static ssm_status rerun_check_config(const ssm_mode_params_v1 *p, char *why, siz
     return SSM_OK;
 }
 
-static ssm_status rerun_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+static ssm_status rerun_plan(const ssm_mode_params_v2 *p, ssm_mode_plan_v1 *out)
 {
     const ssm_model_dims *m = &p->model;
     memset(out, 0, sizeof *out);
@@ -124,7 +124,7 @@ static void rerun_destroy(void *instance)
     s->release_host(s->core, r);
 }
 
-static ssm_status rerun_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+static ssm_status rerun_create(const ssm_mode_params_v2 *p, const ssm_services_v1 *s,
                                void **instance)
 {
     const ssm_model_dims *m = &p->model;
@@ -261,9 +261,9 @@ static ssm_status rerun_copy_slot(void *instance, int32_t src, int32_t dst, void
     return SSM_OK;
 }
 
-EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
-    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
-    .struct_size = sizeof(ssm_plugin_v1),
+EXPORT const ssm_plugin_v2 ssm_plugin_entry_v2 = {
+    .abi_version = SSM_PLUGIN_V2_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v2),
     .name = "rerun",
     .mode_version = 1,
     .capabilities = SSM_CAP_CPU | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |

@@ -82,6 +82,16 @@ typedef struct ssm_tuning_config {
     int32_t budget_ms;  /* time spent timing one candidate, at most (1..10000; 0: 20) */
 } ssm_tuning_config;
 
+/* How a prefill may form its products (docs/numerics.md). FAST allows
+ * tensor-core products on bf16 operands with fp32 accumulation: a prefill's
+ * outputs and final state within relative RMS 5e-3 of fp64. HIGH keeps
+ * fp32-level products: with an fp32 state, the CPU's and a device's states
+ * after a prefill within 1e-5 of each other. The CPU meets both. */
+typedef enum ssm_prefill_precision {
+    SSM_PREFILL_PRECISION_FAST = 0,
+    SSM_PREFILL_PRECISION_HIGH = 1
+} ssm_prefill_precision;
+
 typedef struct ssm_config {
     ssm_model_dims model;
     const char *mode;            /* "native", "compact", "replay" or a vendor mode */
@@ -103,6 +113,7 @@ typedef struct ssm_config {
     const char *source;          /* file name for messages, or NULL */
     ssm_head_slice head_slice;   /* tensor parallelism; zero: the whole model */
     ssm_tuning_config tuning;    /* zero: off */
+    ssm_prefill_precision prefill_precision;
 } ssm_config;
 
 /* Parses and validates an INI file (docs/config.md). Unknown sections or keys,
@@ -115,7 +126,8 @@ ssm_status ssm_config_load(const char *path, ssm_config **out);
 void ssm_config_free(ssm_config *config);
 
 /* Fills `config` with defaults (no model: dims zero, mode "native", fp32
- * state, fp32 activations, CPU, 1 request, no drafts). */
+ * state, fp32 activations, CPU, 1 request, no drafts, prefill precision
+ * high). */
 void ssm_config_defaults(ssm_config *config);
 
 /* --------------------------------------------------------------- context */

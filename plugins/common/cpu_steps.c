@@ -13,14 +13,14 @@ int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m)
     return sequential > chunked ? sequential : chunked;
 }
 
-void ssm_cpu_flag_nonfinite(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+void ssm_cpu_flag_nonfinite(const ssm_mode_params_v2 *p, const ssm_services_v1 *services,
                             int32_t slot, const ssm_step_io *io, int64_t tokens)
 {
     if (!ssm_ref_inputs_finite(&p->model, p->activation_dtype, io, 0, tokens))
         services->flag_slot(services->core, slot, SSM_FLAG_NONFINITE_INPUT);
 }
 
-void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+void ssm_cpu_run_sequences(const ssm_mode_params_v2 *p, const ssm_services_v1 *services,
                            const ssm_step_v1 *step, const ssm_cpu_target *target, float *scratch)
 {
     for (int32_t r = 0; r < step->rows; r++) {
@@ -42,17 +42,17 @@ void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *s
     }
 }
 
-static size_t window_bytes(const ssm_mode_params_v1 *p)
+static size_t window_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)ssm_ref_window_elems(&p->model) * ssm_dtype_size(p->activation_dtype);
 }
 
-static size_t state_bytes(const ssm_mode_params_v1 *p)
+static size_t state_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
 }
 
-void ssm_cpu_export_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_export_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                               int32_t slot, const ssm_canonical_v1 *dst)
 {
     for (int32_t l = 0; l < p->model.layers; l++) {
@@ -61,7 +61,7 @@ void ssm_cpu_export_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target 
     }
 }
 
-void ssm_cpu_import_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_import_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                               int32_t slot, const ssm_canonical_v1 *src)
 {
     for (int32_t l = 0; l < p->model.layers; l++) {
@@ -70,7 +70,7 @@ void ssm_cpu_import_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target 
     }
 }
 
-void ssm_cpu_copy_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_copy_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                             int32_t src_slot, int32_t dst_slot)
 {
     for (int32_t l = 0; l < p->model.layers; l++) {

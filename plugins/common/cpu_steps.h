@@ -23,22 +23,22 @@ int64_t ssm_cpu_scratch_floats(const ssm_model_dims *m);
  * ssm_chunk_sequence) or a decode (one token per row: ssm_ref_sequence) in
  * row order, raising SSM_FLAG_NONFINITE_INPUT for rows whose
  * inputs are not finite (the row is still computed). */
-void ssm_cpu_run_sequences(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+void ssm_cpu_run_sequences(const ssm_mode_params_v2 *p, const ssm_services_v1 *services,
                            const ssm_step_v1 *step, const ssm_cpu_target *target, float *scratch);
 
 /* The canonical form (plugin_v1.h) of a slot, every layer: the window rows
  * of its conv buffer and the state the target names. Export copies out of
  * the slot, import into it, copy from one slot to another; none touches any
  * other part of a mode's storage (the caller resets what it must first). */
-void ssm_cpu_export_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_export_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                               int32_t slot, const ssm_canonical_v1 *dst);
-void ssm_cpu_import_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_import_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                               int32_t slot, const ssm_canonical_v1 *src);
-void ssm_cpu_copy_canonical(const ssm_mode_params_v1 *p, const ssm_cpu_target *target,
+void ssm_cpu_copy_canonical(const ssm_mode_params_v2 *p, const ssm_cpu_target *target,
                             int32_t src_slot, int32_t dst_slot);
 
 /* Raises the non-finite flag of `slot` if tokens [0, tokens) of io are not all finite. */
-void ssm_cpu_flag_nonfinite(const ssm_mode_params_v1 *p, const ssm_services_v1 *services,
+void ssm_cpu_flag_nonfinite(const ssm_mode_params_v2 *p, const ssm_services_v1 *services,
                             int32_t slot, const ssm_step_io *io, int64_t tokens);
 
 /* Scratch of ssm_cpu_scratch_floats split for one token: conv output c[D],

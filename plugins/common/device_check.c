@@ -3,7 +3,7 @@
 #include "config.h"
 #include "plugins/common/device_check.h"
 
-const char *ssm_gpu_unsupported(const ssm_mode_params_v1 *p)
+const char *ssm_gpu_unsupported(const ssm_mode_params_v2 *p)
 {
     int32_t K = p->model.key_dim;
     if (K != 32 && K != 64 && K != 128)
@@ -15,7 +15,7 @@ const char *ssm_gpu_unsupported(const ssm_mode_params_v1 *p)
     return NULL;
 }
 
-ssm_status ssm_check_device(const ssm_mode_params_v1 *p, char *why, size_t why_len)
+ssm_status ssm_check_device(const ssm_mode_params_v2 *p, char *why, size_t why_len)
 {
     if (p->device.type != SSM_DEVICE_CUDA)
         return SSM_OK;

@@ -10,10 +10,10 @@
 
 /* Why the CUDA kernels cannot run params (a shape or dtype they do not
  * take), or NULL. Independent of the build. */
-const char *ssm_gpu_unsupported(const ssm_mode_params_v1 *params);
+const char *ssm_gpu_unsupported(const ssm_mode_params_v2 *params);
 
 /* SSM_OK on the CPU, and on CUDA when this build has the kernels and they
  * take params; else SSM_ERR_UNSUPPORTED with a one-line reason in why. */
-ssm_status ssm_check_device(const ssm_mode_params_v1 *params, char *why, size_t why_len);
+ssm_status ssm_check_device(const ssm_mode_params_v2 *params, char *why, size_t why_len);
 
 #endif

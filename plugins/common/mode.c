@@ -4,7 +4,7 @@
 #include "plugins/common/cpu_steps.h"
 #include "plugins/common/mode.h"
 
-void ssm_mode_base_init(ssm_mode_base *base, const ssm_mode_params_v1 *p,
+void ssm_mode_base_init(ssm_mode_base *base, const ssm_mode_params_v2 *p,
                         const ssm_services_v1 *s, const ssm_mode_ops *cpu,
                         const ssm_mode_ops *gpu)
 {

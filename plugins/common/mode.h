@@ -47,7 +47,7 @@ typedef struct ssm_mode_ops {
 } ssm_mode_ops;
 
 typedef struct ssm_mode_base {
-    ssm_mode_params_v1 params;       /* options pointer cleared: not kept */
+    ssm_mode_params_v2 params;       /* options pointer cleared: not kept */
     const ssm_services_v1 *services;
     const ssm_mode_ops *ops;         /* this device's methods */
 } ssm_mode_base;
@@ -56,7 +56,7 @@ typedef struct ssm_mode_base {
  * which does not outlive create), the services, and `gpu` on a CUDA
  * context, else `cpu`. gpu may be NULL in a build without CUDA (the core
  * offers such a build no CUDA context). */
-void ssm_mode_base_init(ssm_mode_base *base, const ssm_mode_params_v1 *p,
+void ssm_mode_base_init(ssm_mode_base *base, const ssm_mode_params_v2 *p,
                         const ssm_services_v1 *s, const ssm_mode_ops *cpu,
                         const ssm_mode_ops *gpu);
 

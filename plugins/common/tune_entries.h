@@ -1,4 +1,4 @@
-/* The tune_* entries of a built-in mode's table (plugin_v1.h, 0.3;
+/* The tune_* entries of a built-in mode's table (plugin_v1.h;
  * docs/tuning.md), written once: on a CUDA context they call the mode's
  * <prefix>_cuda_tune_* functions (plugins/common/cuda/tune.cuh underneath); on a
  * CPU context, or in a build without CUDA, there is nothing to tune

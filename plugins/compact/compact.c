@@ -22,7 +22,7 @@
 #define COMPACT_GPU_OPS NULL
 #endif
 
-static ssm_status compact_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+static ssm_status compact_check_config(const ssm_mode_params_v2 *p, char *why, size_t why_len,
                                        int32_t *bad_option)
 {
     *bad_option = -1;
@@ -44,7 +44,7 @@ static int64_t scratch_floats(const ssm_model_dims *m)
  * keeps the decay instead of g, k's 1/norm, and two sets of what a verify
  * writes beside a pending commit's records (all but v: the next step
  * writes its records while it applies the commit's). */
-static size_t record_bytes_of(const ssm_mode_params_v1 *p)
+static size_t record_bytes_of(const ssm_mode_params_v2 *p)
 {
 #ifdef HAVE_CUDA
     if (p->device.type == SSM_DEVICE_CUDA)
@@ -53,7 +53,7 @@ static size_t record_bytes_of(const ssm_mode_params_v1 *p)
     return ssm_record_bytes(&p->model, p->activation_dtype);
 }
 
-static ssm_status compact_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+static ssm_status compact_plan(const ssm_mode_params_v2 *p, ssm_mode_plan_v1 *out)
 {
     uint64_t layers = (uint64_t)p->model.layers;
     memset(out, 0, sizeof *out);
@@ -89,7 +89,7 @@ static void compact_destroy(void *instance)
     s->release_host(s->core, c);
 }
 
-static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+static ssm_status compact_create(const ssm_mode_params_v2 *p, const ssm_services_v1 *s,
                                  void **instance)
 {
     compact_mode *c = s->alloc_host(s->core, sizeof *c);
@@ -126,9 +126,9 @@ static ssm_status compact_create(const ssm_mode_params_v1 *p, const ssm_services
 /* Tuning (docs/tuning.md): GPU contexts only. */
 SSM_TUNE_ENTRIES(compact, compact_mode)
 
-SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
-    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
-    .struct_size = sizeof(ssm_plugin_v1),
+SSM_PLUGIN_EXPORT const ssm_plugin_v2 ssm_plugin_entry_v2 = {
+    .abi_version = SSM_PLUGIN_V2_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v2),
     .name = "compact",
     .mode_version = COMPACT_MODE_VERSION,
     .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |

@@ -58,9 +58,9 @@ extern const ssm_mode_ops compact_cuda_ops;
 
 /* The GPU path's life cycle and the functions compact_cuda_ops holds, with
  * the contracts of the plugin methods of the same names. */
-size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
-size_t compact_cuda_shared_bytes(const ssm_mode_params_v1 *p);
-size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p);
+size_t compact_cuda_scratch_bytes(const ssm_mode_params_v2 *p);
+size_t compact_cuda_shared_bytes(const ssm_mode_params_v2 *p);
+size_t compact_cuda_record_bytes(const ssm_mode_params_v2 *p);
 ssm_status compact_cuda_create(compact_mode *c);
 void compact_cuda_destroy(compact_mode *c);
 

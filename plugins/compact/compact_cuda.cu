@@ -28,23 +28,23 @@ struct compact_gpu {
 static gpu_common &G(compact_mode *c) { return c->gpu->common; }
 
 /* Pending codes of one slot: one a tile of every head of every layer. */
-static size_t codes_per_slot(const ssm_mode_params_v1 *p)
+static size_t codes_per_slot(const ssm_mode_params_v2 *p)
 {
     return (size_t)p->model.layers * p->model.value_heads *
            tiles_per_head(p->model.value_dim, SSM_TILE_RPL);
 }
 
-extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t compact_cuda_scratch_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_scratch_bytes(p) + codes_per_slot(p) + (size_t)p->model.layers;
 }
 
-extern "C" size_t compact_cuda_shared_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t compact_cuda_shared_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_shared_bytes(p);
 }
 
-extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)make_compact_layout(p->model, ssm_dtype_size(p->activation_dtype)).bytes;
 }
@@ -52,7 +52,7 @@ extern "C" size_t compact_cuda_record_bytes(const ssm_mode_params_v1 *p)
 extern "C" ssm_status compact_cuda_create(compact_mode *c)
 {
     const ssm_services_v1 *s = c->base.services;
-    const ssm_mode_params_v1 *p = &c->base.params;
+    const ssm_mode_params_v2 *p = &c->base.params;
     c->gpu = (compact_gpu *)s->alloc_host(s->core, sizeof(compact_gpu));
     if (!c->gpu)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of memory");

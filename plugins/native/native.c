@@ -22,7 +22,7 @@
 #define NATIVE_GPU_OPS NULL
 #endif
 
-static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+static ssm_status native_check_config(const ssm_mode_params_v2 *p, char *why, size_t why_len,
                                       int32_t *bad_option)
 {
     *bad_option = -1;
@@ -34,12 +34,12 @@ static ssm_status native_check_config(const ssm_mode_params_v1 *p, char *why, si
     return ssm_check_device(p, why, why_len);
 }
 
-static size_t conv_bytes_per_layer(const ssm_mode_params_v1 *p)
+static size_t conv_bytes_per_layer(const ssm_mode_params_v2 *p)
 {
     return ssm_conv_buffer_bytes(&p->model, p->activation_dtype, p->max_tokens);
 }
 
-static ssm_status native_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+static ssm_status native_plan(const ssm_mode_params_v2 *p, ssm_mode_plan_v1 *out)
 {
     size_t state = (size_t)ssm_ref_state_elems(&p->model) * ssm_dtype_size(p->state_dtype);
     memset(out, 0, sizeof *out);
@@ -75,7 +75,7 @@ static void native_destroy(void *instance)
     s->release_host(s->core, n);
 }
 
-static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+static ssm_status native_create(const ssm_mode_params_v2 *p, const ssm_services_v1 *s,
                                 void **instance)
 {
     native_mode *n = s->alloc_host(s->core, sizeof *n);
@@ -117,9 +117,9 @@ static ssm_status native_create(const ssm_mode_params_v1 *p, const ssm_services_
 /* Tuning (docs/tuning.md): GPU contexts only. */
 SSM_TUNE_ENTRIES(native, native_mode)
 
-SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
-    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
-    .struct_size = sizeof(ssm_plugin_v1),
+SSM_PLUGIN_EXPORT const ssm_plugin_v2 ssm_plugin_entry_v2 = {
+    .abi_version = SSM_PLUGIN_V2_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v2),
     .name = "native",
     .mode_version = NATIVE_MODE_VERSION,
     .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |

@@ -47,8 +47,8 @@ extern const ssm_mode_ops native_cuda_ops;
 
 /* The GPU path's life cycle and the functions native_cuda_ops holds, with
  * the contracts of the plugin methods of the same names. */
-size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
-size_t native_cuda_shared_bytes(const ssm_mode_params_v1 *p);
+size_t native_cuda_scratch_bytes(const ssm_mode_params_v2 *p);
+size_t native_cuda_shared_bytes(const ssm_mode_params_v2 *p);
 ssm_status native_cuda_create(native_mode *n);
 void native_cuda_destroy(native_mode *n);
 

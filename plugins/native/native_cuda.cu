@@ -18,12 +18,12 @@ struct native_gpu {
 
 static gpu_common &G(native_mode *n) { return n->gpu->common; }
 
-extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t native_cuda_scratch_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_scratch_bytes(p);
 }
 
-extern "C" size_t native_cuda_shared_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t native_cuda_shared_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_shared_bytes(p);
 }

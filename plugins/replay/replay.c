@@ -72,7 +72,7 @@ static int32_t next_power_of_two(int32_t n)
 }
 
 /* Reads the [replay] keys one by one; the combination is judged after. */
-static ssm_status read_options(const ssm_mode_params_v1 *p, replay_options *o,
+static ssm_status read_options(const ssm_mode_params_v2 *p, replay_options *o,
                                int32_t *history_option, int32_t *outputs_option, char *why,
                                size_t why_len, int32_t *bad_option)
 {
@@ -122,7 +122,7 @@ static ssm_status read_options(const ssm_mode_params_v1 *p, replay_options *o,
  * too: the CPU path is the reference the other paths are compared with, not
  * a serving target. Where the GPU cannot stage the history for the
  * identity, creating the context falls back to exact (replay_cuda.cu). */
-static replay_outputs replay_default_outputs(const ssm_mode_params_v1 *p)
+static replay_outputs replay_default_outputs(const ssm_mode_params_v2 *p)
 {
     if (p->device.type == SSM_DEVICE_CUDA && p->state_dtype == SSM_DTYPE_F32)
         return REPLAY_OUTPUTS_IDENTITY;
@@ -132,7 +132,7 @@ static replay_outputs replay_default_outputs(const ssm_mode_params_v1 *p)
 /* The options of p with their defaults, every value and combination checked
  * against the model and the draft width. On rejection: why, and the option
  * at fault in *bad_option (-1 when a default is). */
-static ssm_status parse_options(const ssm_mode_params_v1 *p, replay_options *o, char *why,
+static ssm_status parse_options(const ssm_mode_params_v2 *p, replay_options *o, char *why,
                                 size_t why_len, int32_t *bad_option)
 {
     int32_t history_option = -1, outputs_option = -1;
@@ -188,7 +188,7 @@ static ssm_status parse_options(const ssm_mode_params_v1 *p, replay_options *o, 
     return SSM_OK;
 }
 
-static ssm_status replay_check_config(const ssm_mode_params_v1 *p, char *why, size_t why_len,
+static ssm_status replay_check_config(const ssm_mode_params_v2 *p, char *why, size_t why_len,
                                       int32_t *bad_option)
 {
     replay_options options;
@@ -201,7 +201,7 @@ static ssm_status replay_check_config(const ssm_mode_params_v1 *p, char *why, si
 /* ---------------------------------------------------------------- plan */
 
 /* Options of params that check_config accepted (so parsing cannot fail). */
-static replay_options options_of(const ssm_mode_params_v1 *p)
+static replay_options options_of(const ssm_mode_params_v2 *p)
 {
     replay_options options;
     char why[8];
@@ -217,7 +217,7 @@ typedef struct host_layout {
     int64_t conv_out, keys, outputs, tokens, work, total;
 } host_layout;
 
-static host_layout host_layout_of(const ssm_mode_params_v1 *p, const replay_options *o)
+static host_layout host_layout_of(const ssm_mode_params_v2 *p, const replay_options *o)
 {
     const ssm_model_dims *m = &p->model;
     int64_t steps = ssm_cpu_scratch_floats(m), apply = ssm_record_apply_scratch_floats(m);
@@ -234,7 +234,7 @@ static host_layout host_layout_of(const ssm_mode_params_v1 *p, const replay_opti
 
 /* One history record: the CPU's (kernels/replay.h), or the GPU path's,
  * which keeps k normalized in fp32 and the decay instead of g. */
-static size_t record_bytes_of(const ssm_mode_params_v1 *p)
+static size_t record_bytes_of(const ssm_mode_params_v2 *p)
 {
 #ifdef HAVE_CUDA
     if (p->device.type == SSM_DEVICE_CUDA)
@@ -243,12 +243,12 @@ static size_t record_bytes_of(const ssm_mode_params_v1 *p)
     return ssm_replay_record_bytes(&p->model, p->activation_dtype);
 }
 
-static size_t records_bytes_per_layer(const ssm_mode_params_v1 *p, const replay_options *o)
+static size_t records_bytes_per_layer(const ssm_mode_params_v2 *p, const replay_options *o)
 {
     return (size_t)o->history * record_bytes_of(p);
 }
 
-static ssm_status replay_plan(const ssm_mode_params_v1 *p, ssm_mode_plan_v1 *out)
+static ssm_status replay_plan(const ssm_mode_params_v2 *p, ssm_mode_plan_v1 *out)
 {
     replay_options options = options_of(p);
     uint64_t layers = (uint64_t)p->model.layers;
@@ -301,7 +301,7 @@ static void bind_host(replay_mode *r)
                            &r->tokens[t]);
 }
 
-static ssm_status replay_create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s,
+static ssm_status replay_create(const ssm_mode_params_v2 *p, const ssm_services_v1 *s,
                                 void **instance)
 {
     replay_mode *r = s->alloc_host(s->core, sizeof *r);
@@ -424,9 +424,9 @@ const ssm_mode_ops replay_cpu_ops = {
 /* Tuning (docs/tuning.md): GPU contexts only. */
 SSM_TUNE_ENTRIES(replay, replay_mode)
 
-SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
-    .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
-    .struct_size = sizeof(ssm_plugin_v1),
+SSM_PLUGIN_EXPORT const ssm_plugin_v2 ssm_plugin_entry_v2 = {
+    .abi_version = SSM_PLUGIN_V2_ABI_VERSION,
+    .struct_size = sizeof(ssm_plugin_v2),
     .name = "replay",
     .mode_version = REPLAY_MODE_VERSION,
     .capabilities = SSM_CAP_CPU | SSM_CAP_CUDA_IF_BUILT | SSM_CAP_GDN | SSM_CAP_KDA | SSM_CAP_STATE_F32 |

@@ -126,9 +126,9 @@ ssm_status replay_cpu_commit(void *instance, const ssm_commit_v1 *commit);
 
 /* The GPU path's life cycle and the functions replay_cuda_ops holds, with
  * the contracts of the plugin methods of the same names. */
-size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p);
-size_t replay_cuda_shared_bytes(const ssm_mode_params_v1 *p);
-size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p);
+size_t replay_cuda_scratch_bytes(const ssm_mode_params_v2 *p);
+size_t replay_cuda_shared_bytes(const ssm_mode_params_v2 *p);
+size_t replay_cuda_record_bytes(const ssm_mode_params_v2 *p);
 ssm_status replay_cuda_create(replay_mode *r);
 void replay_cuda_destroy(replay_mode *r);
 

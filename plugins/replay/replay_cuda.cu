@@ -39,17 +39,17 @@ struct replay_gpu {
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
 
-extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_scratch_bytes(p) + 3 * (size_t)p->model.layers * sizeof(int32_t); /* + start, taken */
 }
 
-extern "C" size_t replay_cuda_shared_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t replay_cuda_shared_bytes(const ssm_mode_params_v2 *p)
 {
     return gpu_shared_bytes(p);
 }
 
-extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v1 *p)
+extern "C" size_t replay_cuda_record_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), true).bytes;
 }

@@ -76,6 +76,7 @@ class ConfigInfo(NamedTuple):
     plugin_dir: Optional[str]
     head_slice: Optional[Tuple[int, int, int]]  #: (heads, value_heads, first) or None
     source: Optional[str]
+    prefill_precision: str  #: "fast" or "high"
 
 
 class Plan(NamedTuple):
@@ -163,7 +164,8 @@ def _config_info(c: _c.Config) -> ConfigInfo:
         hs.heads, hs.value_heads, hs.first)
     return ConfigInfo(_model_info(c.model), _c.text(c.mode) or "", _dtype_name(c.state_dtype),
                       _dtype_name(c.activation_dtype), dev, c.max_requests, c.max_draft_tokens,
-                      _c.text(c.plugin_dir) or None, head_slice, _c.text(c.source))
+                      _c.text(c.plugin_dir) or None, head_slice, _c.text(c.source),
+                      "high" if c.prefill_precision == 1 else "fast")
 
 
 def _plan(p: _c.Plan) -> Plan:

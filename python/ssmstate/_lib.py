@@ -197,7 +197,8 @@ class Config(Structure):
                 ("mode_section_lines", POINTER(c_int32)),
                 ("mode_options_count", POINTER(c_int32)),
                 ("mode_options", POINTER(POINTER(ModeOption))), ("source", c_char_p),
-                ("head_slice", HeadSlice), ("tuning", TuningConfig)]
+                ("head_slice", HeadSlice), ("tuning", TuningConfig),
+                ("prefill_precision", c_int)]
 
 
 class Plan(Structure):

@@ -15,7 +15,7 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "ssmstate/plugin_v1.h" /* SSM_CAP_* */
+#include "ssmstate/plugin_v2.h" /* SSM_CAP_*, the ABI versions */
 #include "ssmstate/ssmstate.h"
 #include "tests/spec_bounds.h"
 #include "tests/testutil.h"

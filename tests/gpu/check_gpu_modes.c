@@ -50,6 +50,9 @@
  *    calls, exports compared after every call, then decodes and
  *    verifies from there; every mode, Qwen3-Next's head shape with an fp32
  *    state and KDA with the lower bound with a bf16 state.
+ *    Again with every CUDA side under prefill_precision = fast (bf16
+ *    products in the tensor-core prefill): the CUDA modes still agree bit
+ *    for bit, the CPU within 1e-2 (each side within 5e-3 of fp64).
  * 6. another mode's section: as 1 for native and compact, every config with
  *    a [replay] section, so each context's creation loads the replay plugin
  *    to check it and closes it before the context's first kernel.
@@ -368,7 +371,7 @@ static int case_default_outputs(const setup *su, uint64_t salt, char *desc, size
 {
     world w;
     const int f32 = su->sd == SSM_DTYPE_F32;
-    const variant v = {"replay", 0, 0, 0, 0}; /* fold_rows 0: decodes run the form too */
+    const variant v = {"replay", 0, 0, 0, 0, 0}; /* fold_rows 0: decodes run the form too */
     int ok = world_open_default_outputs(&w, su, v, f32 ? "identity" : "exact",
                                         f32 ? "exact" : NULL, salt, "default outputs") &&
              world_compare_exports(&w) && op_prefill(&w, 1, 1) && world_compare_exports(&w);
@@ -594,11 +597,11 @@ static const ssm_dtype dtypes[][2] = {
 #define DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 static const variant variants[] = {
-    {"native", 0, 0, 0, 0},
-    {"compact", 0, 0, 0, 0},
-    {"replay", 0, 0, 0, 0}, /* outputs = exact (said, not defaulted), decode keeps the ring */
-    {"replay", 0, 1, 0, 0}, /* exact, decodes fold every step (the default at few rows) */
-    {"replay", 1, 0, 0, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
+    {"native", 0, 0, 0, 0, 0},
+    {"compact", 0, 0, 0, 0, 0},
+    {"replay", 0, 0, 0, 0, 0}, /* outputs = exact (said, not defaulted), decode keeps the ring */
+    {"replay", 0, 1, 0, 0, 0}, /* exact, decodes fold every step (the default at few rows) */
+    {"replay", 1, 0, 0, 0, 0}, /* outputs = identity: fp32 state only; last (no bad-input case) */
 };
 #define VARIANTS ((int)(sizeof variants / sizeof variants[0]))
 
@@ -690,13 +693,17 @@ int main(void)
         report(&t, case_modes(&su, v, salt++, desc, sizeof desc), desc);
     }
     /* Long prompts: each mode on Qwen3-Next's head shape (fp32 state) and
-     * on KDA with the lower bound (bf16 state). */
-    for (int k = 0; k < VARIANTS - 1; k++) {
-        setup a = {shapes[3], SSM_DTYPE_F32, SSM_DTYPE_BF16};
-        setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
-        report(&t, case_long_prompt(&a, variants[k], salt++, desc, sizeof desc), desc);
-        report(&t, case_long_prompt(&b, variants[k], salt++, desc, sizeof desc), desc);
-    }
+     * on KDA with the lower bound (bf16 state); then again with the CUDA
+     * sides under prefill_precision = fast. */
+    for (int fast = 0; fast < 2; fast++)
+        for (int k = 0; k < VARIANTS - 1; k++) {
+            variant v = variants[k];
+            v.fast_prefill = fast;
+            setup a = {shapes[3], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+            setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
+            report(&t, case_long_prompt(&a, v, salt++, desc, sizeof desc), desc);
+            report(&t, case_long_prompt(&b, v, salt++, desc, sizeof desc), desc);
+        }
     /* Bad input: each mode on the small GDN shape in fp32 and on KDA with
      * the lower bound in bf16. */
     for (int k = 0; k < VARIANTS - 1; k++) {

@@ -57,6 +57,8 @@ static int side_open_outputs(world *w, int s, const char *name, const char *mode
     test_config(&c, &w->m, mode, w->sd, w->ad, CAPACITY, w->t_max - 1);
     if (cuda)
         c.device = (ssm_device){SSM_DEVICE_CUDA, 0};
+    if (w->v.fast_prefill)
+        c.prefill_precision = SSM_PREFILL_PRECISION_FAST;
     if (!strcmp(mode, "replay") || w->v.replay_section) {
         int32_t n = 0;
         sd->options[n++] = (ssm_mode_option){"history", w->history, 0};
@@ -95,7 +97,7 @@ static int side_open(world *w, int s, const char *name, const char *mode, int cu
 static void world_describe(world *w, const char *what)
 {
     snprintf(w->desc, sizeof w->desc,
-             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T=%d mode=%s%s%s%s%s%s",
+             "%s: %s%s H=%d HV=%d K=%d V=%d W=%d layers=%d state=%s act=%s T=%d mode=%s%s%s%s%s%s%s",
              what,
              ssm_model_kind_name(w->m.kind), w->m.has_lower_bound ? " lower-bound" : "", w->m.heads,
              w->m.value_heads, w->m.key_dim, w->m.value_dim, w->m.conv_width, w->m.layers,
@@ -108,7 +110,8 @@ static void world_describe(world *w, const char *what)
              strcmp(w->v.mode, "replay") ? ""
              : w->v.fold_every_step      ? " fold_rows=default"
                                          : " fold_rows=0",
-             w->v.replay_section && strcmp(w->v.mode, "replay") ? " with a [replay] section" : "");
+             w->v.replay_section && strcmp(w->v.mode, "replay") ? " with a [replay] section" : "",
+             w->v.fast_prefill ? " prefill_precision=fast" : "");
 }
 
 /* The shared part of opening: seed, shape, stream, weights on both sides. */
@@ -153,6 +156,8 @@ static void add_pair(world *w, int got, int ref, rule outputs, rule prefill, rul
     if (w->side[got].cuda == w->side[ref].cuda) {
         p->bound = spec_bound_vs_native(w->sd, w->ad);
         p->state_bound = spec_bound_vs_native_state(w->sd);
+    } else if (w->v.fast_prefill) {
+        p->bound = p->state_bound = spec_bound_fast_prefill_cpu_vs_cuda();
     } else {
         p->bound = spec_bound_cpu_vs_cuda(w->sd, w->ad);
         p->state_bound = spec_bound_cpu_vs_cuda_state(w->sd);

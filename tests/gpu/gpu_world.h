@@ -43,6 +43,9 @@ typedef struct variant {
      * again before the context's first kernel (docs/abi.md, "Loading"). */
     int replay_section;
     int t_max; /* verify width (max_draft_tokens + 1); 0: T_MAX */
+    /* The CUDA sides prefill under prefill_precision = fast (the CPU's is
+     * fp32 either way); CPU-vs-CUDA pairs take the fast prefill's bound. */
+    int fast_prefill;
 } variant;
 
 typedef struct setup {

@@ -5,7 +5,7 @@
  * budget, which one plan's (budget - shared) / per slot overstates. */
 #include <string.h>
 
-#include "ssmstate/plugin.h"
+#include "tests/plugins/stub_methods.h"
 
 static ssm_status check_config(const ssm_mode_params_v1 *p, char *why, size_t len, int32_t *bad)
 {
@@ -28,26 +28,6 @@ static ssm_status create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s, 
     return s->error(s->core, SSM_ERR_UNSUPPORTED, "growing_shared only plans");
 }
 
-static void destroy(void *instance) { (void)instance; }
-
-static ssm_status reset_slot(void *instance, int32_t slot, void *stream)
-{
-    (void)instance, (void)slot, (void)stream;
-    return SSM_ERR_UNSUPPORTED;
-}
-
-static ssm_status step(void *instance, const ssm_step_v1 *s)
-{
-    (void)instance, (void)s;
-    return SSM_ERR_UNSUPPORTED;
-}
-
-static ssm_status commit(void *instance, const ssm_commit_v1 *c)
-{
-    (void)instance, (void)c;
-    return SSM_ERR_UNSUPPORTED;
-}
-
 SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .abi_version = SSM_PLUGIN_V1_ABI_VERSION,
     .struct_size = sizeof(ssm_plugin_v1),
@@ -58,10 +38,10 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .check_config = check_config,
     .plan = plan,
     .create = create,
-    .destroy = destroy,
-    .reset_slot = reset_slot,
-    .prefill = step,
-    .decode = step,
-    .verify = step,
-    .commit = commit,
+    .destroy = stub_destroy,
+    .reset_slot = stub_reset_slot,
+    .prefill = stub_step,
+    .decode = stub_step,
+    .verify = stub_step,
+    .commit = stub_commit,
 };

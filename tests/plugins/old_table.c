@@ -1,8 +1,8 @@
-/* A plugin built before the 0.2 entries (export_slots, import_slots): its
- * table's struct_size is the 0.1 size, SSM_PLUGIN_V1_MIN_SIZE. The loader
- * must accept it and read the entries past it as NULL, even though this
- * object (built with today's header) has something there. */
-#include "ssmstate/plugin.h"
+/* A v1 plugin whose table ends at materialize, before export_slots and
+ * import_slots: its struct_size is SSM_PLUGIN_V1_MIN_SIZE. The loader must
+ * accept it and read the entries past it as NULL, even though this object
+ * (built with today's header) has something there. */
+#include "tests/plugins/stub_methods.h"
 
 static ssm_status unsupported(void)
 {
@@ -28,29 +28,6 @@ static ssm_status create(const ssm_mode_params_v1 *p, const ssm_services_v1 *s, 
     return unsupported();
 }
 
-static void destroy(void *instance)
-{
-    (void)instance;
-}
-
-static ssm_status reset_slot(void *instance, int32_t slot, void *stream)
-{
-    (void)instance, (void)slot, (void)stream;
-    return unsupported();
-}
-
-static ssm_status step(void *instance, const ssm_step_v1 *s)
-{
-    (void)instance, (void)s;
-    return unsupported();
-}
-
-static ssm_status commit(void *instance, const ssm_commit_v1 *c)
-{
-    (void)instance, (void)c;
-    return unsupported();
-}
-
 static ssm_status export_slots(void *instance, int32_t count, const int32_t *slots,
                                const ssm_page_view_v1 *views, void *stream)
 {
@@ -66,11 +43,11 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .check_config = check_config,
     .plan = plan,
     .create = create,
-    .destroy = destroy,
-    .reset_slot = reset_slot,
-    .prefill = step,
-    .decode = step,
-    .verify = step,
-    .commit = commit,
+    .destroy = stub_destroy,
+    .reset_slot = stub_reset_slot,
+    .prefill = stub_step,
+    .decode = stub_step,
+    .verify = stub_step,
+    .commit = stub_commit,
     .export_slots = export_slots, /* past struct_size: never read */
 };

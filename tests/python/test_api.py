@@ -16,6 +16,7 @@ def test_from_file_and_config():
         assert c.mode == "native" and c.device == "cpu"
         assert c.state_dtype == "f32" and c.activation_dtype == "bf16"
         assert c.max_requests == 4 and c.max_draft_tokens == 3
+        assert c.prefill_precision == "high"  # the default
         m = ctx.model
         assert (m.kind, m.layers, m.heads, m.value_heads, m.key_dim, m.value_dim,
                 m.conv_width) == ("gdn", 2, 2, 4, 32, 32, 4)
@@ -65,6 +66,11 @@ def test_config_error_names_the_line():
     assert e.value.message.startswith("engine.ini:3:"), e.value.message
     assert "layers" in e.value.message
     assert "ssmstate-" not in e.value.message  # the temporary file is never named
+
+
+def test_prefill_precision_is_read():
+    with ssmstate.Context.from_string(ini(extra="prefill_precision = fast\n")) as ctx:
+        assert ctx.config.prefill_precision == "fast"
 
 
 def test_missing_file():

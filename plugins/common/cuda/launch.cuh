@@ -63,7 +63,7 @@ struct gpu_common {
     int8_t tuned[SSM_TUNE_FAMILIES][SSM_TUNE_BUCKETS];
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
-    bool prefill_bf16_products; /* ... with bf16 products (chunk_args.bf16_products) */
+    bool prefill_bf16_products; /* ... with bf16 products (prefill_precision = fast) */
 };
 
 /* Bytes of the tensor-core prefill's work records of one chunk (every
@@ -82,13 +82,13 @@ inline size_t prefill_work_bytes(const ssm_model_dims &m)
  * workspace of the context (the plan's shared bytes), which grows with the
  * capacity up to that bound, so a small context keeps a small one. */
 #define SSM_PREFILL_CHUNKS_MAX 64
-inline int32_t prefill_units_of(const ssm_mode_params_v1 *p)
+inline int32_t prefill_units_of(const ssm_mode_params_v2 *p)
 {
     return p->capacity < SSM_PREFILL_CHUNKS_MAX ? p->capacity : SSM_PREFILL_CHUNKS_MAX;
 }
 
 /* Bytes of one token's record and q in the scratch. */
-inline size_t gpu_token_bytes(const ssm_mode_params_v1 *p)
+inline size_t gpu_token_bytes(const ssm_mode_params_v2 *p)
 {
     record_layout raw = make_record_layout(p->model, ssm_dtype_size(p->activation_dtype), false);
     return (size_t)raw.bytes + (size_t)p->model.heads * p->model.key_dim * sizeof(float);
@@ -96,7 +96,7 @@ inline size_t gpu_token_bytes(const ssm_mode_params_v1 *p)
 
 /* Bytes per slot of the token scratch and q buffer (a step's tokens) and
  * the fused decode's counters. */
-inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
+inline size_t gpu_scratch_bytes(const ssm_mode_params_v2 *p)
 {
     size_t arrivals = (size_t)p->model.layers * p->model.heads * sizeof(int32_t);
     return (size_t)p->max_tokens * gpu_token_bytes(p) + arrivals;
@@ -104,14 +104,14 @@ inline size_t gpu_scratch_bytes(const ssm_mode_params_v1 *p)
 
 /* Bytes per context of the chunked prefill's scratch: prefill_units_of
  * chunks of tokens and their work records. */
-inline size_t gpu_shared_bytes(const ssm_mode_params_v1 *p)
+inline size_t gpu_shared_bytes(const ssm_mode_params_v2 *p)
 {
     return (size_t)prefill_units_of(p) *
            (SSM_CHUNK_TOKENS * gpu_token_bytes(p) + prefill_work_bytes(p->model));
 }
 
 /* Fills g and allocates the scratch; SSM_ERR_OUT_OF_MEMORY after svc->error. */
-inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
+inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
                                     const ssm_services_v1 *s)
 {
     g.d = make_dims(p->model);
@@ -175,12 +175,11 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v1 *p,
      * stages one. The same bits either way. */
     const char *stages = getenv("SSMSTATE_CUDA_DECODE_STAGES");
     g.decode_stages = stages && strcmp(stages, "2") == 0 ? SSM_TILE_STAGES : 3;
-    /* SSMSTATE_CUDA_PREFILL_PRODUCTS=bf16: the tensor-core prefill's
-     * products on bf16 operands, one pass each, instead of 3xTF32 (5e-3 from
-     * fp64 instead of 1e-5 from the CPU). A measuring knob until timed: it
-     * changes the state a prefill leaves, the same way in every mode. */
-    const char *products = getenv("SSMSTATE_CUDA_PREFILL_PRODUCTS");
-    g.prefill_bf16_products = products && strcmp(products, "bf16") == 0;
+    /* [state] prefill_precision = fast: the tensor-core prefill's products
+     * on bf16 operands, one pass each, instead of 3xTF32 (5e-3 from fp64
+     * instead of 1e-5 from the CPU). It changes the state a prefill leaves,
+     * the same way in every mode. */
+    g.prefill_bf16_products = p->prefill_precision == SSM_PREFILL_FAST;
     /* The gates' and the identity's exponentials through the hardware's
      * approximations (prep.cuh's dev_* helpers; other bits than the CPU's,
      * the same in every mode), the faster form (docs/numerics.md);

@@ -121,13 +121,13 @@ inline void gpu_tune_end(gpu_tune &t)
 /* Scratch for batches of up to max_rows rows: one layer of every buffer a
  * step of the mode reads or writes, zero-filled (finite inputs), all through
  * the services. SSM_ERR_OUT_OF_MEMORY (after s->error) leaves nothing. */
-inline ssm_status gpu_tune_begin(gpu_tune &t, const ssm_mode_params_v1 *p, int32_t max_rows,
+inline ssm_status gpu_tune_begin(gpu_tune &t, const ssm_mode_params_v2 *p, int32_t max_rows,
                                  const ssm_services_v1 *s)
 {
     gpu_tune_end(t);
     if (max_rows < 1 || max_rows > 65535)
         return s->error(s->core, SSM_ERR_INVALID_ARGUMENT, "tune_begin: %d rows", (int)max_rows);
-    ssm_mode_params_v1 scratch = *p;
+    ssm_mode_params_v2 scratch = *p;
     scratch.model.layers = 1;
     scratch.capacity = max_rows;
     scratch.options = NULL;
