@@ -10,7 +10,8 @@
  *   bit for bit when every split falls on a 64-token chunk boundary (the same
  *   chunks computed), else within rounding (1e-4 with an fp32 state, 1e-2 with
  *   a bf16 state, which is rounded at every call's end);
- * - the same prompt in native, compact and replay: the same bits. */
+ * - the same prompt in native, compact and replay: the same bits, under
+ *   prefill_precision = high and fast alike (a CPU prefill is fp32). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,16 +22,27 @@
 
 static const char *const modes[] = {"native", "compact", "replay"};
 
-/* A one-layer context of `mode`, one slot acquired. */
-static ssm_ctx *open_ctx(const ssm_model_dims *m, const char *mode, ssm_dtype state,
-                         ssm_dtype act, int32_t *slot)
+/* A one-layer context of `mode` with the prefill precision `precision`, one
+ * slot acquired. */
+static ssm_ctx *open_ctx_at(const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                            ssm_dtype act, ssm_prefill_precision precision, int32_t *slot)
 {
     ssm_config c;
     test_config(&c, m, mode, state, act, 2, 3);
+    c.prefill_precision = precision;
     ssm_ctx *ctx = NULL;
     ck_assert_msg(ssm_ctx_create(&c, &ctx) == SSM_OK, "%s", ssm_last_error());
     ck_assert_int_eq(ssm_slot_acquire(ctx, slot), SSM_OK);
     return ctx;
+}
+
+/* The same with the default precision. */
+static ssm_ctx *open_ctx(const ssm_model_dims *m, const char *mode, ssm_dtype state,
+                         ssm_dtype act, int32_t *slot)
+{
+    ssm_config c;
+    ssm_config_defaults(&c);
+    return open_ctx_at(m, mode, state, act, c.prefill_precision, slot);
 }
 
 /* Prefills tokens [from, to) of io into slot in one call. */
@@ -233,6 +245,53 @@ START_TEST(continued_prompt_matches_one_call)
 }
 END_TEST
 
+/* _i: gate form and state dtype. A CPU prefill is fp32 throughout, so
+ * prefill_precision = fast and high leave the same bits in every mode. */
+START_TEST(cpu_prefill_ignores_the_precision)
+{
+    int gate = _i % 3;
+    ssm_dtype state = _i / 3 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, act = SSM_DTYPE_BF16;
+    test_rng r;
+    test_rng_init(&r, test_seed() ^ (uint64_t)(_i + 501) * 0x9e3779b97f4a7c15ull);
+    ssm_model_dims m;
+    make_dims(&r, gate, &m);
+    test_weights w;
+    test_weights_make(&r, &m, 1, &w);
+    int64_t n = test_rng_int(&r, 1, 200), out_elems = n * m.value_heads * m.value_dim;
+    test_io io;
+    test_io_make(&r, &m, act, n, &io);
+    size_t bytes = (size_t)out_elems * ssm_dtype_size(act);
+    void *first_out = malloc(bytes);
+    ck_assert_ptr_nonnull(first_out);
+    test_snapshot first;
+    for (int k = 0; k < 6; k++) {
+        int32_t slot;
+        ssm_ctx *ctx = open_ctx_at(&m, modes[k % 3], state, act,
+                                   k < 3 ? SSM_PREFILL_PRECISION_HIGH : SSM_PREFILL_PRECISION_FAST,
+                                   &slot);
+        memset(io.out, 0, bytes);
+        prefill(ctx, slot, &m, act, &w, &io, 0, n);
+        test_snapshot snap;
+        ck_assert_int_eq(test_snapshot_take(ctx, slot, &snap), SSM_OK);
+        if (k == 0) {
+            first = snap;
+            memcpy(first_out, io.out, bytes);
+        } else {
+            ck_assert_msg(test_snapshot_equal(&snap, &first) &&
+                              test_bitwise_equal(io.out, first_out, act, out_elems),
+                          "%s with prefill_precision = %s differs from native's with high",
+                          modes[k % 3], k < 3 ? "high" : "fast");
+            test_snapshot_free(&snap);
+        }
+        ssm_ctx_destroy(ctx);
+    }
+    test_snapshot_free(&first);
+    free(first_out);
+    test_io_free(&io);
+    test_weights_free(&w);
+}
+END_TEST
+
 Suite *make_suite(void)
 {
     Suite *s = suite_create("prefill");
@@ -240,6 +299,7 @@ Suite *make_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, prefill_matches_reference, 0, LENGTHS * 3 * 2 * 2);
     tcase_add_loop_test(tc, continued_prompt_matches_one_call, 0, 12);
+    tcase_add_loop_test(tc, cpu_prefill_ignores_the_precision, 0, 6);
     suite_add_tcase(s, tc);
     return s;
 }
