@@ -43,11 +43,6 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v1 ssm_plugin_entry_v1 = {
     .check_config = check_config,
     .plan = plan,
     .create = create,
-    .destroy = stub_destroy,
-    .reset_slot = stub_reset_slot,
-    .prefill = stub_step,
-    .decode = stub_step,
-    .verify = stub_step,
-    .commit = stub_commit,
+    STUB_INSTANCE_METHODS,
     .export_slots = export_slots, /* past struct_size: never read */
 };

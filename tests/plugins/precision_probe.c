@@ -42,10 +42,5 @@ SSM_PLUGIN_EXPORT const ssm_plugin_v2 ssm_plugin_entry_v2 = {
     .check_config = check_config,
     .plan = plan,
     .create = create,
-    .destroy = stub_destroy,
-    .reset_slot = stub_reset_slot,
-    .prefill = stub_step,
-    .decode = stub_step,
-    .verify = stub_step,
-    .commit = stub_commit,
+    STUB_INSTANCE_METHODS,
 };

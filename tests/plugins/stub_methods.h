@@ -28,4 +28,9 @@ static ssm_status stub_commit(void *instance, const ssm_commit_v1 *c)
     return SSM_ERR_UNSUPPORTED;
 }
 
+/* The table entries of those methods. */
+#define STUB_INSTANCE_METHODS                                                                     \
+    .destroy = stub_destroy, .reset_slot = stub_reset_slot, .prefill = stub_step,                \
+    .decode = stub_step, .verify = stub_step, .commit = stub_commit
+
 #endif
