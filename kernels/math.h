@@ -77,17 +77,17 @@ SSM_HD float ssm_bf16_round(float f)
  * n = round(x / ln2) and a two-part ln2 (Cody and Waite), e^r by its Taylor
  * series to r^8 (|r| <= ln2/2, truncation below 2^-27), then the power of two
  * put in as two exact multiplications so subnormal results round once.
- * Overflow gives +Inf, underflow 0, NaN stays NaN. */
+ * Overflow gives +Inf, underflow 0, NaN stays NaN. Without a branch: the
+ * series runs on x clamped into the finite range and the out-of-range
+ * results are selected after, so a kernel's exponentials of several channels
+ * interleave. For x in range the clamp returns x itself, so the operations,
+ * and the bits, are those of the series alone. */
 SSM_HD float ssm_expf(float x)
 {
-    if (!(x == x))
-        return x + x;
-    if (x > 88.72283935546875f)
-        return ssm_f32_from_bits(0x7f800000u);
-    if (x < -103.97208404541015625f)
-        return 0.0f;
-    float n = floorf(x * 1.44269502162933349609375f + 0.5f);
-    float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+    const float top = 88.72283935546875f, bottom = -103.97208404541015625f;
+    float c = fminf(fmaxf(x, bottom), top); /* a NaN x gives bottom: any finite value does */
+    float n = floorf(c * 1.44269502162933349609375f + 0.5f);
+    float r = (c - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
     float p = 2.4801587301587302e-05f;
     p = p * r + 1.9841269841269841e-04f;
     p = p * r + 1.3888888888888889e-03f;
@@ -102,7 +102,10 @@ SSM_HD float ssm_expf(float x)
     int32_t half = k / 2;
     float a = ssm_f32_from_bits((uint32_t)(half + 127) << 23);
     float b = ssm_f32_from_bits((uint32_t)(k - half + 127) << 23);
-    return (p * a) * b;
+    float e = (p * a) * b;
+    e = x > top ? ssm_f32_from_bits(0x7f800000u) : e;
+    e = x < bottom ? 0.0f : e;
+    return x == x ? e : x + x;
 }
 
 /* log(y) for finite y > 0 (normal or subnormal): y = m 2^e with m in

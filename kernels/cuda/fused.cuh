@@ -106,8 +106,12 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
     const record_layout lay = record_set(in.layout, p.record_set);
     bool finite = true, holds_qk = false;
     /* Iteration 0 holds every q/k group (K / 2 <= 64 < blockDim.x), so its
-       shuffles have the whole warp; later ones only value rows. */
-    for (int32_t g = (int32_t)threadIdx.x, pass0 = 1; pass0 || g < groups;
+       shuffles have the whole warp; later ones only value rows. A warp
+       whose first thread is past the last group (a GDN block's last warp:
+       its threads run the gates) has nothing to convolve and no shuffle
+       partner, so it skips the loop instead of running it on zeros. */
+    const bool warp_has_groups = ((int32_t)threadIdx.x & ~31) < groups;
+    for (int32_t g = (int32_t)threadIdx.x, pass0 = warp_has_groups; pass0 || g < groups;
          g += (int32_t)blockDim.x, pass0 = 0) {
         const bool live = g < groups, is_qk = g < qk_groups, is_q = g < K / 4;
         const int32_t at = is_q ? 4 * g : is_qk ? 4 * (g - K / 4) : 4 * (g - qk_groups);
