@@ -152,11 +152,18 @@ SSM_HD float ssm_log1pf(float y)
     return ssm_logf_positive(u) * (y / (u - 1.0f));
 }
 
+/* ssm_silu(x) given e = ssm_expf(-x): for code that takes several
+ * exponentials before their divisions (the GPU's conv), the same bits. */
+SSM_HD float ssm_silu_of(float x, float e)
+{
+    return x / (1.0f + e);
+}
+
 /* x * sigmoid(x), computed as x / (1 + e^-x): one rounding fewer than
  * multiplying by a separately rounded sigmoid. Very negative x gives -0. */
 SSM_HD float ssm_silu(float x)
 {
-    return x / (1.0f + ssm_expf(-x));
+    return ssm_silu_of(x, ssm_expf(-x));
 }
 
 /* 1 / (1 + e^-x). */

@@ -230,16 +230,25 @@ __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH
                                             float (&value)[4])
 {
     const int32_t W = conv_width<WIDTH, EXACT>(d), keep = W - 1;
-    float squares = 0.0f;
+    float acc[4], e[4], squares = 0.0f;
+    /* Each channel's operations are the reference's; they run phase by phase
+       (the sums, the exponentials, the divisions) so that the four channels'
+       chains interleave rather than follow one another. */
 #pragma unroll
     for (int ch = 0; ch < 4; ch++) {
         /* Bias first, then taps oldest to newest: the reference's order. */
-        float acc = taps.bias[ch];
+        acc[ch] = taps.bias[ch];
 #pragma unroll
         for (int i = 0; i < WIDTH; i++)
             if (i < W)
-                acc += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
-        value[ch] = round_to((const Act *)0, ssm_silu(acc));
+                acc[ch] += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
+    }
+#pragma unroll
+    for (int ch = 0; ch < 4; ch++)
+        e[ch] = ssm_expf(-acc[ch]);
+#pragma unroll
+    for (int ch = 0; ch < 4; ch++) {
+        value[ch] = round_to((const Act *)0, ssm_silu_of(acc[ch], e[ch]));
         squares += value[ch] * value[ch];
     }
 #pragma unroll
