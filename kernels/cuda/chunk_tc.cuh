@@ -36,7 +36,12 @@
  * operands rounded to bf16, fp32 accumulation), as fla's kernels take
  * theirs: within the contract's 5e-3 of fp64 for this form, not the 1e-5 of
  * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 and the products with
- * the state (W S^T, (e^G q) S^T) stay 3xTF32.
+ * the state (W S^T, (e^G q) S^T) stay 3xTF32, and so does every product of
+ * a chunk of fewer than SSM_TC_BF16_MIN_TOKENS tokens: a prompt's last few
+ * tokens have outputs made of a handful of dot products each, and with
+ * bf16 operands one that cancels left a one-token KDA prompt 5.3e-3 from
+ * fp64 (a whole prefill's chunks average such errors away; a short one's
+ * cannot).
  *
  * Shapes: K of 32, 64 or 128, V a multiple of 16 up to 128
  * (chunk_tc_supported); the other shapes keep chunk.cuh's kernel. */
@@ -54,6 +59,7 @@ namespace ssm {
 #define SSM_TC_SUB 16      /* a product tile's side; sub-chunks of the decay scaling */
 #define SSM_TC_MAX_V 128   /* the largest V of the tensor-core path */
 #define SSM_TC_SPAN 60.0f  /* the largest e^x a scaled operand may carry (fp32 holds e^88) */
+#define SSM_TC_BF16_MIN_TOKENS 16 /* the fewest tokens of a chunk whose products go bf16 */
 
 /* A record's parts, in floats from its start; every part row-major and
  * 16-float aligned. */
@@ -142,16 +148,16 @@ namespace tc {
  * [C][C] (by rows, stride ldt) and X [C][cols] (by rows, stride ldx = 8 mod
  * 32), cols a multiple of 16; tile (I, n) by warp p % warps, T's zero blocks
  * above the diagonal skipped. */
-template <bool BF>
-__device__ __forceinline__ void times_T(const float *T, int32_t ldt, const float *X, int32_t ldx,
-                                        int32_t cols, float *out, int32_t warp, int32_t warps)
+__device__ __forceinline__ void times_T(bool bf16, const float *T, int32_t ldt, const float *X,
+                                        int32_t ldx, int32_t cols, float *out, int32_t warp,
+                                        int32_t warps)
 {
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
     for (int32_t p = warp; p < (C / B) * (cols / B); p += warps) {
         int32_t I = p / (cols / B), n = p % (cols / B);
         tile f;
         zero(f);
-        product<A_ROWS, B_ROWS, BF>(f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
+        product_as<A_ROWS, B_ROWS>(bf16, f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
         store(out + I * B * cols + n * B, cols, f);
     }
 }
@@ -192,6 +198,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     if (t0 >= n)
         return;
     const int32_t c = n - t0 < C ? n - t0 : C;
+    const bool bf16 = BF && c >= SSM_TC_BF16_MIN_TOKENS; /* this chunk's products */
     const int32_t first = t0; /* the chunk's first token in the row's inputs */
     float *kc = shared, *G = kc + (gk == 1 ? 1 : 2) * C * LK, *beta = G + C * gk;
     float *grow = beta + C, *shrink = grow + C; /* GDN: e^{G_t}, e^{G_last - G_t} */
@@ -287,8 +294,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             while (m > I)
                 m -= ++I; /* tile (I, m) with m <= I */
             const bool is_A = p < 10;
-            tc::product<tc::A_ROWS, tc::B_COLS, BF>(f, (is_A ? kc : qc) + I * B * LK, LK,
-                                                kc + m * B * LK, LK, K);
+            tc::product_as<tc::A_ROWS, tc::B_COLS>(bf16, f, (is_A ? kc : qc) + I * B * LK, LK,
+                                                   kc + m * B * LK, LK, K);
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
 #pragma unroll
@@ -346,8 +353,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 int32_t m = p % tiles;
                 tc::tile f;
                 tc::zero(f);
-                tc::product<tc::A_ROWS, tc::B_COLS, BF>(f, p < tiles ? lk : lq, LK,
-                                                        rk + m * B * LK, LK, K);
+                tc::product_as<tc::A_ROWS, tc::B_COLS>(bf16, f, p < tiles ? lk : lq, LK,
+                                                       rk + m * B * LK, LK, K);
                 tc::store((p < tiles ? A : QK) + I * B * LC + m * B, LC, f);
             }
             for (int32_t p = warp; wide && p < B * B; p += WARPS) {
@@ -456,7 +463,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
         }
     __syncthreads();
-    tc::times_T<BF>(T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
+    tc::times_T(bf16, T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
     __syncthreads();
     /* W = T (beta e^G K), straight to the record. */
     for (int32_t t = t_first; t < C; t += step) {
@@ -464,7 +471,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
-    tc::times_T<BF>(T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
+    tc::times_T(bf16, T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
 }
 
 /* grid (ceil(V / R), HV, rows), 8 R threads (a warp to each 16 x 16 tile
@@ -545,6 +552,7 @@ __global__ void __launch_bounds__(8 * R, 1)
     const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
+        const bool bf16 = BF && c >= SSM_TC_BF16_MIN_TOKENS; /* this chunk's products */
         copy_async_wait<1>();
         __syncthreads(); /* W, Uv, Qg of chunk j; the state after chunk j - 1 */
         /* U = Uv - W S^T and o = (e^G q) S^T, one pass over S^T's fragments */
@@ -580,8 +588,8 @@ __global__ void __launch_bounds__(8 * R, 1)
         __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
         /* o += QK U, this warp's tile out through its own place in O */
-        tc::product<tc::A_ROWS, tc::B_ROWS, BF>(po, QK + I * B * LC, LC, U + J * B, LR,
-                                                (I + 1) * B);
+        tc::product_as<tc::A_ROWS, tc::B_ROWS>(bf16, po, QK + I * B * LC, LC, U + J * B, LR,
+                                               (I + 1) * B);
         tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
         if (out) {
@@ -611,7 +619,7 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] *= d;
                     s1.x[h][i] *= d;
                 }
-            if constexpr (BF) {
+            if (bf16) {
 #pragma unroll 2
                 for (int32_t d = 0; d < C; d += 16) {
                     tc::frag k0, k1, u00, u01, u10, u11;

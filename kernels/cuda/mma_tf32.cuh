@@ -226,6 +226,18 @@ __device__ __forceinline__ void product(tile &c, const float *a, int32_t lda, co
     }
 }
 
+/* product's two forms chosen at run time (bf16: a value the whole warp
+ * shares). */
+template <layout LA, layout LB>
+__device__ __forceinline__ void product_as(bool bf16, tile &c, const float *a, int32_t lda,
+                                           const float *b, int32_t ldb, int32_t depth)
+{
+    if (bf16)
+        product<LA, LB, true>(c, a, lda, b, ldb, depth);
+    else
+        product<LA, LB, false>(c, a, lda, b, ldb, depth);
+}
+
 /* Element i of half h of a tile: its row and column within the tile. */
 __device__ __forceinline__ int32_t tile_row(int i) { return ((threadIdx.x & 31) >> 2) + (i >> 1) * 8; }
 __device__ __forceinline__ int32_t tile_col(int h, int i)
