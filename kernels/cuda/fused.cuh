@@ -79,6 +79,93 @@ struct step_place {
     bool writes_qk; /* stages (and records) q and k: first block of the key head's first head */
 };
 
+/* Conv group g of a block: four channels at `c` of the row's D, at `at`
+ * within q, k or the block's value rows. Group order: [0, K/4) q of the key
+ * head, [K/4, K/2) k, then the block's value rows. */
+struct step_group {
+    int32_t at, c;
+    bool live, is_qk, is_q;
+};
+
+template <int K>
+__device__ __forceinline__ step_group step_group_of(const dims &d, const step_place &p, int32_t g)
+{
+    const int32_t qk_groups = K / 2, groups = qk_groups + (p.row_end - p.row_first) / 4;
+    step_group s;
+    s.live = g < groups;
+    s.is_qk = g < qk_groups;
+    s.is_q = g < K / 4;
+    s.at = s.is_q ? 4 * g : s.is_qk ? 4 * (g - K / 4) : 4 * (g - qk_groups);
+    s.c = s.is_q    ? p.key_head * K + s.at
+          : s.is_qk ? d.H * K + p.key_head * K + s.at
+                    : 2 * d.H * K + p.j.h * d.V + p.row_first + s.at;
+    return s;
+}
+
+/* The first of a thread's beta tokens: token t goes to the thread whose
+ * distance from the block's last thread is T * count + t (mod the block),
+ * so the gates' threads are not counted twice. */
+__device__ __forceinline__ int32_t step_beta_first(int32_t T, int32_t count)
+{
+    const int32_t bd = (int32_t)blockDim.x, from_top = bd - 1 - (int32_t)threadIdx.x;
+    return (from_top + bd - T * count % bd) % bd;
+}
+
+/* A thread's first loads of the prologue: its first conv group's inputs
+ * (token 0, and once the slot is known its window rows; its taps are only
+ * prefetched, as holding them would spill) and its first gate and beta
+ * inputs. None but the window needs the slot, so they go out before the
+ * slot's load, and the window before the state's address: the prologue's
+ * loads lead the state's stream instead of queueing behind it. */
+template <class Act> struct step_early {
+    typename conv4<Act>::bits raw[4], next;
+    float gate, a_log, bias, beta; /* raw gate and beta inputs; the head's a_log, the bias */
+};
+
+template <int K, bool KDA, class Act>
+__device__ __forceinline__ void step_early_inputs(const tile_args &a, const step_inputs &in,
+                                                  const step_place &p, step_early<Act> &e)
+{
+    const dims &d = a.d;
+    const tile_job &j = p.j;
+    const int32_t T = a.tokens, count = KDA ? K : 1;
+    const step_group g = step_group_of<K>(d, p, (int32_t)threadIdx.x);
+    e.next = {};
+    if (g.live && T > 0)
+        e.next = load_bits((const Act *)in.x + (int64_t)j.r * T * d.D + g.c);
+    if (g.live) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(in.conv_weight + (int64_t)g.c * d.W));
+        if (in.conv_bias)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(in.conv_bias + g.c));
+    }
+    const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
+    e.gate = e.a_log = e.bias = e.beta = 0.0f;
+    if (from_top < T * count) {
+        const int32_t t = from_top / count, ch = KDA ? j.h * K + from_top % count : j.h;
+        e.gate = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + ch);
+        e.a_log = in.a_log[j.h];
+        e.bias = in.dt_bias[ch];
+    }
+    const int32_t t = step_beta_first(T, count);
+    if (t < T)
+        e.beta = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
+}
+
+template <int K, class Act>
+__device__ __forceinline__ void step_early_window(const tile_args &a, const step_inputs &in,
+                                                  const step_place &p, step_early<Act> &e)
+{
+    const dims &d = a.d;
+    const step_group g = step_group_of<K>(d, p, (int32_t)threadIdx.x);
+    const Act *buffer = (const Act *)in.conv + (p.j.cell * in.conv_rows) * d.D;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        e.raw[i] = {};
+        if (g.live && i < d.W - 1)
+            e.raw[i] = load_bits(buffer + (int64_t)i * d.D + g.c);
+    }
+}
+
 /* The conv of a block's channels for the row's T tokens. Group g of four
  * channels: [0, K/4) q of the key head, [K/4, K/2) k, then the block's
  * value rows. Threads take groups in order, so a head of q or k is K/4
@@ -89,7 +176,8 @@ struct step_place {
  * the conv width is 4 (conv_width). */
 template <int K, bool KDA, class Act, bool EXACT>
 __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs &in,
-                                          const step_place &p, step_token<K, KDA> *tok, float *v,
+                                          const step_place &p, const step_early<Act> &early,
+                                          step_token<K, KDA> *tok, float *v,
                                           float (&window)[4][4], int32_t &channel)
 {
     typedef typename conv4<Act>::bits bits;
@@ -97,7 +185,7 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
     const tile_job &j = p.j;
     const int32_t keep = conv_width<4, EXACT>(d) - 1, T = a.tokens,
                   rows = p.row_end - p.row_first;
-    const int32_t qk_groups = K / 2, groups = qk_groups + rows / 4;
+    const int32_t groups = K / 2 + rows / 4;
     Act *buffer = (Act *)in.conv + (j.cell * in.conv_rows) * d.D;
     const Act *x = (const Act *)in.x + (int64_t)j.r * T * d.D;
     uint8_t *records = in.records ? in.records + (int64_t)j.slot * in.slot_stride +
@@ -113,21 +201,26 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
     const bool warp_has_groups = ((int32_t)threadIdx.x & ~31) < groups;
     for (int32_t g = (int32_t)threadIdx.x, pass0 = warp_has_groups; pass0 || g < groups;
          g += (int32_t)blockDim.x, pass0 = 0) {
-        const bool live = g < groups, is_qk = g < qk_groups, is_q = g < K / 4;
-        const int32_t at = is_q ? 4 * g : is_qk ? 4 * (g - K / 4) : 4 * (g - qk_groups);
-        const int32_t c = is_q    ? p.key_head * K + at
-                          : is_qk ? d.H * K + p.key_head * K + at
-                                  : 2 * d.H * K + j.h * d.V + p.row_first + at;
+        const step_group s = step_group_of<K>(d, p, g);
+        const bool live = s.live, is_qk = s.is_qk, is_q = s.is_q;
+        const int32_t at = s.at, c = s.c;
         const bool writer = live && (!is_qk || p.writes_qk);
         bits raw[4], next = {};
+        if (g == (int32_t)threadIdx.x) { /* asked for at the kernel's entry */
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            raw[i] = bits{};
-            if (live && i < keep)
-                raw[i] = load_bits(buffer + (int64_t)i * d.D + c);
+            for (int i = 0; i < 4; i++)
+                raw[i] = early.raw[i];
+            next = early.next;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                raw[i] = bits{};
+                if (live && i < keep)
+                    raw[i] = load_bits(buffer + (int64_t)i * d.D + c);
+            }
+            if (live && T > 0)
+                next = load_bits(x + c);
         }
-        if (live && T > 0)
-            next = load_bits(x + c);
         conv_taps<4> taps;
         conv_taps_load(d, in.conv_weight, in.conv_bias, c, live, taps);
         float win[4][4];
@@ -189,7 +282,8 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
  * beside the conv rather than after it on the same thread. */
 template <int K, bool KDA, class Act>
 __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs &in,
-                                           const step_place &p, step_token<K, KDA> *tok)
+                                           const step_place &p, const step_early<Act> &early,
+                                           step_token<K, KDA> *tok)
 {
     const dims &d = a.d;
     const tile_job &j = p.j;
@@ -203,19 +297,22 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
     const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
     for (int32_t i = from_top; i < T * count; i += (int32_t)blockDim.x) {
         int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
-        float raw = load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
+        /* the first inputs were asked for at the kernel's entry */
+        const bool first = i == from_top;
+        float raw = first ? early.gate
+                          : load((const Act *)in.gate + ((int64_t)j.r * T + t) * d.GW + e);
+        const float bias = first || !KDA ? early.bias : in.dt_bias[e];
         finite = finite && isfinite(raw);
-        float decay = dev_expf(d, gate_log_decay(d, in.a_log, in.dt_bias, e, raw));
+        float decay = dev_expf(d, gate_log_decay_of(d, early.a_log, bias, raw));
         tok[t].decay[i % count] = decay;
         if (records)
             ((float *)(records + (int64_t)t * lay.bytes + lay.decay))[e] = decay;
     }
-    /* beta of token t on the thread whose from_top is T * count + t (mod
-       the block), so the gates' threads are not counted twice */
-    for (int32_t t = (from_top + (int32_t)blockDim.x - T * count % (int32_t)blockDim.x) %
-                     (int32_t)blockDim.x;
-         t < T; t += (int32_t)blockDim.x) {
-        float raw = load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
+    const int32_t beta_first = step_beta_first(T, count);
+    for (int32_t t = beta_first; t < T; t += (int32_t)blockDim.x) {
+        float raw = t == beta_first
+                        ? early.beta
+                        : load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
         finite = finite && isfinite(raw);
         tok[t].beta = dev_sigmoid(d, raw);
         if (records)
@@ -255,16 +352,23 @@ struct step_window_regs {
 };
 
 /* A decode block counts itself among those that read its key head's q and
- * k window (see the top of this file). Thread 0 asks; the answer is used
- * only at the end of the block (step_window_write), so the tiles' work
- * hides the atomic's round trip. */
+ * k window (see the top of this file). Thread 0 asks, after the barrier
+ * that follows the block's reads; the answer is used only at the end of
+ * the block (step_window_write), so the tiles' work hides the atomic's
+ * round trip. The add releases those reads (the barrier orders them before
+ * it) and acquires every earlier block's, so the block that brings the
+ * count to the total writes after all of them without a fence of its own. */
 __device__ __forceinline__ void step_window_arrive(const tile_args &a, const step_inputs &in,
                                                    const step_place &p, step_window_regs &w)
 {
     if (threadIdx.x != 0)
         return;
-    __threadfence(); /* the block's reads of the window are done (the barrier before) */
-    w.arrived = atomicAdd(in.arrivals + p.j.cell * a.d.H + p.key_head, 1) + 1;
+    int32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "l"(in.arrivals + p.j.cell * a.d.H + p.key_head)
+                 : "memory");
+    w.arrived = before + 1;
 }
 
 /* The last block of a key head to arrive writes that head's q and k
@@ -286,7 +390,6 @@ __device__ __forceinline__ void step_window_write(const tile_args &a, const step
     asm volatile("bar.sync 1, %0;" ::"r"(qk_threads) : "memory");
     if (!last_arrival || !w.holds_qk)
         return;
-    __threadfence();
     Act *buffer = (Act *)in.conv + (p.j.cell * in.conv_rows) * a.d.D + w.channel;
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -294,29 +397,36 @@ __device__ __forceinline__ void step_window_write(const tile_args &a, const step
             store4(buffer + (int64_t)i * a.d.D, w.window[i]);
 }
 
-/* Where the block is (p). False: its row is padding or flagged, nothing to do. */
-__device__ __forceinline__ bool step_place_block(const tile_args &a, step_place &p)
+/* Where the block is (p), from its indexes alone: grid (blocks a head,
+ * value heads, rows), so no division stands before the first load. */
+__device__ __forceinline__ void step_place_indexes(const tile_args &a, step_place &p)
 {
     constexpr int RPL = SSM_TILE_RPL;
     const dims &d = a.d;
     const int32_t tiles = tiles_per_head(d.V, RPL);
-    p.per_head = tile_blocks_per_head(d.V, a.passes);
-    p.first = ((int32_t)blockIdx.x % p.per_head) * a.passes;
+    p.per_head = (int32_t)gridDim.x;
+    p.first = (int32_t)blockIdx.x * a.passes;
     p.last = p.first + a.passes < tiles ? p.first + a.passes : tiles;
     tile_job &j = p.j;
-    j.r = (int32_t)blockIdx.x / p.per_head;
+    j.r = (int32_t)blockIdx.z;
     j.layer = a.layer;
     j.h = blockIdx.y;
-    j.slot = a.slots[j.r];
     j.n_tokens = a.tokens;
-    bool reporter = p.first == 0 && j.h == 0 && threadIdx.x == 0;
-    if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
-        return false;
-    j.cell = (int64_t)j.slot * a.layers + j.layer;
     p.key_head = j.h / d.group;
     p.writes_qk = p.first == 0 && j.h % d.group == 0;
     p.row_first = p.first * tile_rows(RPL);
     p.row_end = p.last * tile_rows(RPL) < d.V ? p.last * tile_rows(RPL) : d.V;
+}
+
+/* The block's slot. False: its row is padding or flagged, nothing to do. */
+__device__ __forceinline__ bool step_place_slot(const tile_args &a, step_place &p)
+{
+    tile_job &j = p.j;
+    j.slot = a.slots[j.r];
+    bool reporter = p.first == 0 && j.h == 0 && threadIdx.x == 0;
+    if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
+        return false;
+    j.cell = (int64_t)j.slot * a.layers + j.layer;
     return true;
 }
 
@@ -325,15 +435,17 @@ __device__ __forceinline__ bool step_place_block(const tile_args &a, step_place 
  * advanced (decode: v's rows now, q and k's in w for step_window_write). */
 template <int E, bool KDA, class Act>
 __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inputs &in,
-                                              const step_place &p, step_token<8 * E, KDA> *tok,
-                                              float *v, step_window_regs &w)
+                                              const step_place &p, const step_early<Act> &early,
+                                              step_token<8 * E, KDA> *tok, float *v,
+                                              step_window_regs &w)
 {
     constexpr int K = 8 * E;
     w.channel = 0;
-    w.holds_qk = a.d.W == 4
-                     ? step_conv<K, KDA, Act, true>(a, in, p, tok, v, w.window, w.channel)
-                     : step_conv<K, KDA, Act, false>(a, in, p, tok, v, w.window, w.channel);
-    step_gates<K, KDA, Act>(a, in, p, tok);
+    w.holds_qk = a.d.W == 4 ? step_conv<K, KDA, Act, true>(a, in, p, early, tok, v, w.window,
+                                                           w.channel)
+                            : step_conv<K, KDA, Act, false>(a, in, p, early, tok, v, w.window,
+                                                            w.channel);
+    step_gates<K, KDA, Act>(a, in, p, early, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
         step_window_arrive(a, in, p, w);
@@ -448,7 +560,7 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
         tile_store(t, d, source);
 }
 
-/* grid (tile_blocks_per_head(V, a.passes) * rows, HV), 32 * SSM_TILE_WARPS
+/* grid (tile_blocks_per_head(V, a.passes), HV, rows), 32 * SSM_TILE_WARPS
  * threads, step_shared_bytes(T + P, a.passes * tile_rows(RPL) capped at V)
  * of dynamic shared memory, P = max_tokens where a commit can be pending
  * (PENDING: a.pending.codes is set), else 0; without PENDING the kernel
@@ -467,8 +579,12 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
     extern __shared__ __align__(16) uint8_t step_shared[];
     step_place p;
-    if (!step_place_block(a, p))
+    step_place_indexes(a, p);
+    step_early<Act> early;
+    step_early_inputs<K, KDA, Act>(a, in, p, early);
+    if (!step_place_slot(a, p))
         return;
+    step_early_window<K, Act>(a, in, p, early);
     State *source =
         state_head<State>(a, p.j.slot, p.j.layer, a.current ? a.current[p.j.slot] : 0, p.j.h);
     tile_stage_async(stage[0], a.d, source, p.first);
@@ -490,7 +606,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args 
     if (first_code)
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
     step_window_regs w;
-    step_prologue<E, KDA, Act>(a, in, p, tok, v, w);
+    step_prologue<E, KDA, Act>(a, in, p, early, tok, v, w);
     if (in.records) /* after the barrier: the pending rows of v were read */
         step_records_v<Act>(a, in, p, v);
     if (first_code) /* every thread read it before the prologue's barrier */

@@ -286,21 +286,27 @@ __device__ __forceinline__ float head_normalize(const dims &d, const float (&val
     return inv;
 }
 
-/* The log-decay of gate channel e (a value head for GDN, head * K + key
- * channel for KDA) from its raw input. */
+/* The log-decay of one gate input from its head's a_log and its bias
+ * (dt_bias of the head, GDN, or of the key channel, KDA). */
+__device__ __forceinline__ float gate_log_decay_of(const dims &d, float a_log, float bias,
+                                                   float in)
+{
+    if (!d.fast_math)
+        return d.kda ? ssm_kda_gate(a_log, in, bias, d.has_lower_bound, d.lower_bound)
+                     : ssm_gdn_gate(a_log, in, bias);
+    /* kernels/math.h's op order, with the helpers' functions. */
+    if (d.kda && d.has_lower_bound)
+        return ssm_gate_floor(d.lower_bound * dev_sigmoid(d, dev_expf(d, a_log) * (in + bias)));
+    return ssm_gate_floor(-(dev_expf(d, a_log) * dev_softplus(d, in + bias)));
+}
+
+/* The same for gate channel e (a value head for GDN, head * K + key
+ * channel for KDA). */
 __device__ __forceinline__ float gate_log_decay(const dims &d, const float *a_log,
                                                 const float *dt_bias, int32_t e, float in)
 {
     int32_t h = d.kda ? e / d.K : e;
-    if (!d.fast_math)
-        return d.kda ? ssm_kda_gate(a_log[h], in, dt_bias[e], d.has_lower_bound, d.lower_bound)
-                     : ssm_gdn_gate(a_log[h], in, dt_bias[h]);
-    /* kernels/math.h's op order, with the helpers' functions. */
-    float bias = d.kda ? dt_bias[e] : dt_bias[h];
-    if (d.kda && d.has_lower_bound)
-        return ssm_gate_floor(d.lower_bound *
-                              dev_sigmoid(d, dev_expf(d, a_log[h]) * (in + bias)));
-    return ssm_gate_floor(-(dev_expf(d, a_log[h]) * dev_softplus(d, in + bias)));
+    return gate_log_decay_of(d, a_log[h], d.kda ? dt_bias[e] : dt_bias[h], in);
 }
 
 /* ------------------------------------------------------------ the kernel */

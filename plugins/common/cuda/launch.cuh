@@ -842,8 +842,8 @@ inline ssm_status launch_step(const gpu_common &g, tile_args a, const step_input
     a.passes = step_passes(g, a);
     int32_t rows = a.passes * tile_rows(SSM_TILE_RPL);
     rows = rows < g.d.V ? rows : g.d.V;
-    dim3 grid((unsigned)a.rows * (unsigned)tile_blocks_per_head(g.d.V, a.passes),
-              (unsigned)g.d.HV);
+    dim3 grid((unsigned)tile_blocks_per_head(g.d.V, a.passes), (unsigned)g.d.HV,
+              (unsigned)a.rows);
     cudaStream_t st = (cudaStream_t)stream;
     bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
     if (bf16_state && bf16_act)
