@@ -102,12 +102,15 @@ __device__ __forceinline__ step_group step_group_of(const dims &d, const step_pl
     return s;
 }
 
+/* Threads of a step block. */
+#define SSM_STEP_THREADS (32 * SSM_TILE_WARPS)
+
 /* The first of a thread's beta tokens: token t goes to the thread whose
  * distance from the block's last thread is T * count + t (mod the block),
  * so the gates' threads are not counted twice. */
 __device__ __forceinline__ int32_t step_beta_first(int32_t T, int32_t count)
 {
-    const int32_t bd = (int32_t)blockDim.x, from_top = bd - 1 - (int32_t)threadIdx.x;
+    const int32_t bd = SSM_STEP_THREADS, from_top = bd - 1 - (int32_t)threadIdx.x;
     return (from_top + bd - T * count % bd) % bd;
 }
 
@@ -138,7 +141,7 @@ __device__ __forceinline__ void step_early_inputs(const tile_args &a, const step
         if (in.conv_bias)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(in.conv_bias + g.c));
     }
-    const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
+    const int32_t from_top = SSM_STEP_THREADS - 1 - (int32_t)threadIdx.x;
     e.gate = e.a_log = e.bias = e.beta = 0.0f;
     if (from_top < T * count) {
         const int32_t t = from_top / count, ch = KDA ? j.h * K + from_top % count : j.h;
@@ -294,8 +297,8 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
                            : (uint8_t *)0;
     const record_layout lay = record_set(in.layout, p.record_set);
     bool finite = true;
-    const int32_t from_top = (int32_t)blockDim.x - 1 - (int32_t)threadIdx.x;
-    for (int32_t i = from_top; i < T * count; i += (int32_t)blockDim.x) {
+    const int32_t from_top = SSM_STEP_THREADS - 1 - (int32_t)threadIdx.x;
+    for (int32_t i = from_top; i < T * count; i += SSM_STEP_THREADS) {
         int32_t t = i / count, e = KDA ? j.h * K + i % count : j.h;
         /* the first inputs were asked for at the kernel's entry */
         const bool first = i == from_top;
@@ -309,7 +312,7 @@ __device__ __forceinline__ void step_gates(const tile_args &a, const step_inputs
             ((float *)(records + (int64_t)t * lay.bytes + lay.decay))[e] = decay;
     }
     const int32_t beta_first = step_beta_first(T, count);
-    for (int32_t t = beta_first; t < T; t += (int32_t)blockDim.x) {
+    for (int32_t t = beta_first; t < T; t += SSM_STEP_THREADS) {
         float raw = t == beta_first
                         ? early.beta
                         : load((const Act *)in.beta + ((int64_t)j.r * T + t) * d.HV + j.h);
@@ -418,11 +421,12 @@ __device__ __forceinline__ void step_place_indexes(const tile_args &a, step_plac
     p.row_end = p.last * tile_rows(RPL) < d.V ? p.last * tile_rows(RPL) : d.V;
 }
 
-/* The block's slot. False: its row is padding or flagged, nothing to do. */
-__device__ __forceinline__ bool step_place_slot(const tile_args &a, step_place &p)
+/* The block's slot, as loaded from a.slots[j.r]. False: its row is padding
+ * or flagged, nothing to do. */
+__device__ __forceinline__ bool step_place_slot(const tile_args &a, step_place &p, int32_t slot)
 {
     tile_job &j = p.j;
-    j.slot = a.slots[j.r];
+    j.slot = slot;
     bool reporter = p.first == 0 && j.h == 0 && threadIdx.x == 0;
     if (!slot_is_live(j.slot, a.capacity, a.flags, reporter))
         return false;
@@ -560,7 +564,7 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
         tile_store(t, d, source);
 }
 
-/* grid (tile_blocks_per_head(V, a.passes), HV, rows), 32 * SSM_TILE_WARPS
+/* grid (tile_blocks_per_head(V, a.passes), HV, rows), SSM_STEP_THREADS
  * threads, step_shared_bytes(T + P, a.passes * tile_rows(RPL) capped at V)
  * of dynamic shared memory, P = max_tokens where a commit can be pending
  * (PENDING: a.pending.codes is set), else 0; without PENDING the kernel
@@ -572,17 +576,17 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
 template <int E, bool KDA, class State, class Act, bool PENDING>
-__global__ void __launch_bounds__(32 * SSM_TILE_WARPS, 4) step_kernel(tile_args a,
-                                                                       step_inputs in)
+__global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, step_inputs in)
 {
     constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
     __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
     extern __shared__ __align__(16) uint8_t step_shared[];
     step_place p;
     step_place_indexes(a, p);
+    const int32_t slot = a.slots[p.j.r]; /* first out: everything else waits on it */
     step_early<Act> early;
     step_early_inputs<K, KDA, Act>(a, in, p, early);
-    if (!step_place_slot(a, p))
+    if (!step_place_slot(a, p, slot))
         return;
     step_early_window<K, Act>(a, in, p, early);
     State *source =

@@ -459,9 +459,12 @@ __host__ __device__ inline int32_t prep_group_tokens(const prep_args &a)
 }
 
 /* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),
- * SSM_PREP_THREADS threads; WIDTH >= the conv width. */
+ * SSM_PREP_THREADS threads; WIDTH >= the conv width. Three blocks an SM
+ * leave a thread 80 registers: at four (64) the width-4 kernel spilled
+ * 320 bytes, and replay's decode, which waits on it, ran 3% (B = 256) to
+ * 10% (B = 1) slower on an H100. */
 template <int WIDTH, class Act>
-__global__ void __launch_bounds__(SSM_PREP_THREADS, 4) prep_kernel(prep_args a)
+__global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
 {
     griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
     int32_t r = blockIdx.y;

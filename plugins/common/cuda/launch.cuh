@@ -786,7 +786,7 @@ inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 
     size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
     cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, PENDING>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    step_kernel<E, KDA, State, Act, PENDING><<<grid, 32 * SSM_TILE_WARPS, shared, st>>>(a, in);
+    step_kernel<E, KDA, State, Act, PENDING><<<grid, SSM_STEP_THREADS, shared, st>>>(a, in);
 }
 
 template <int E, bool KDA, class State, class Act>
