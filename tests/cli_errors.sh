@@ -3,10 +3,11 @@
 # wrong-ABI plugin, an unknown mode in --modes, a bad --pool-bytes, an
 # out-of-range --stop-after, an empty list item, an unwritable serve --json, an
 # extra inspect argument, a [workload] no run could finish (refused by check
-# and run at its line), a --device that names no device, and a conformance
-# run on a file that is no usable plugin (ssmstate conform,
+# and run at its line), a --device that names no device (run, conform), and a
+# conformance run on a file that is no usable plugin (ssmstate conform,
 # check_conformance) each give exactly one error line on stderr and exit 2. A config on a GPU that cannot run (no GPU, no
-# CUDA build) gets one message from run, bench and serve.
+# CUDA build) gets one message from run, bench and serve; `conform --device
+# cuda` there says why in one line and exits 77.
 set -u
 ssmstate="$SSM_TOP_BUILDDIR/ssmstate"
 tmp=$(mktemp -d)
@@ -39,7 +40,7 @@ expect_one_line() { # name, expected substring, command...
     fi
 }
 
-echo "1..20"
+echo "1..22"
 printf '%s\nheads_typo = 3\n[state]\nmode = native\nstate_dtype = f32\nmax_requests = 1\n' "$model" >"$tmp/bad.ini"
 expect_one_line "unknown key" "bad.ini:9:" "$ssmstate" check "$tmp/bad.ini"
 expect_one_line "unknown key (run)" "bad.ini:9:" "$ssmstate" run "$tmp/bad.ini"
@@ -111,6 +112,24 @@ else
 fi
 expect_one_line "run --device names no device" "--device gpu: give auto, cpu, cuda or cuda:N" \
     "$ssmstate" run "$tmp/ok.ini" --device gpu
+expect_one_line "conform --device names no device" "--device: 'gpu' is not cpu, cuda or all" \
+    "$ssmstate" conform native --device gpu
+n=$((n + 1))
+if [ "$gpu" = yes ] && ! grep -q "this build has no CUDA support" "$tmp/err"; then
+    echo "ok $n - conform --device cuda without CUDA # SKIP a GPU is visible"
+else
+    "$ssmstate" conform native --device cuda >"$tmp/out" 2>"$tmp/conform.err"
+    rc=$?
+    if [ "$rc" -eq 77 ] && [ "$(wc -l <"$tmp/conform.err")" -eq 1 ] &&
+        grep -qE "no CUDA contexts to check: cuda:0: (no GPU visible|this build has no CUDA support)" \
+            "$tmp/conform.err"; then
+        echo "ok $n - conform --device cuda without CUDA: one line, exit 77"
+    else
+        echo "not ok $n - conform --device cuda without CUDA (exit $rc)"
+        sed 's/^/# /' "$tmp/conform.err"
+        fails=$((fails + 1))
+    fi
+fi
 long=$(printf '%04080d' 0)
 expect_one_line "--dump under a path too long" "path too long" \
     "$ssmstate" run "$tmp/ok.ini" --quiet --dump "$tmp/$long"

@@ -31,7 +31,8 @@ static const char usage_text[] =
     "  serve CONFIG...                     streamed serving benchmark: concurrency,\n"
     "                                      tokens/s and memory per mode (docs/serve.md)\n"
     "  conform PLUGIN.so|MODE [OPTIONS]    the conformance suite every state mode\n"
-    "                                      must pass (docs/abi.md)\n"
+    "                                      must pass, on CPU and CUDA contexts\n"
+    "                                      (--device cpu|cuda|all; docs/abi.md)\n"
     "\n"
     "exit status: 0 ok, 1 numerical check failed, 2 bad usage, config or plugin\n";
 

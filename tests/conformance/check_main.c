@@ -4,5 +4,5 @@
 
 int main(int argc, char **argv)
 {
-    return conform_main(argc, argv);
+    return conform_main(argc, argv, NULL);
 }

@@ -1,6 +1,8 @@
 /* The conformance suite's test cases (see conformance.h). Every test opens a
  * session of the plugin under test for one variant (loop index bits:
- * VARIANT_*), drives it like an engine and checks it as it goes. */
+ * VARIANT_*) on the device of its test case, drives it like an engine and
+ * checks it as it goes. The same cases make the CPU suite and the CUDA
+ * suite. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,8 @@ static void session_start(session *s)
 }
 
 /* The plugin is found, speaks an ABI this library speaks (v1 through the
- * loader's adapter, or v2), runs on the CPU with pages, and a
- * context of it reports the file it came from. */
+ * loader's adapter, or v2), runs on the suite's device (the CPU, or CUDA)
+ * with pages, and a context of it reports the file it came from. */
 START_TEST(test_plugin_loads)
 {
     int32_t count = 0;
@@ -37,10 +39,11 @@ START_TEST(test_plugin_loads)
     ck_assert_msg(mine->abi_version == SSM_PLUGIN_V1_ABI_VERSION ||
                       mine->abi_version == SSM_PLUGIN_V2_ABI_VERSION,
                   "%s speaks ABI v%u", mine->path, mine->abi_version);
-    ck_assert_msg((mine->capabilities & (SSM_CAP_CPU | SSM_CAP_PAGES)) ==
-                      (SSM_CAP_CPU | SSM_CAP_PAGES),
-                  "%s: capabilities 0x%llx lack CPU or PAGES, which the suite needs", mine->path,
-                  (unsigned long long)mine->capabilities);
+    int cuda = conform.device == SSM_DEVICE_CUDA;
+    uint64_t need = (cuda ? SSM_CAP_CUDA : SSM_CAP_CPU) | SSM_CAP_PAGES;
+    ck_assert_msg((mine->capabilities & need) == need,
+                  "%s: capabilities 0x%llx lack %s or PAGES, which the suite needs", mine->path,
+                  (unsigned long long)mine->capabilities, cuda ? "CUDA" : "CPU");
     ck_assert_msg(mine->capabilities & (SSM_CAP_GDN | SSM_CAP_KDA),
                   "%s: neither GDN nor KDA is offered", mine->path);
     session s;
@@ -99,9 +102,9 @@ END_TEST
 
 /* Export never changes a slot (docs/pages.md): two contexts of the plugin run
  * the same steps, one exported after every step and one never until the end; on
- * the CPU both compute the same outputs bit for bit, and the same export at the
- * end. (A history mode that folded into the slot on export would compute other
- * outputs from then on.) */
+ * one device both compute the same outputs bit for bit, and the same export at
+ * the end. (A history mode that folded into the slot on export would compute
+ * other outputs from then on.) */
 START_TEST(test_export_read_only)
 {
     session s;
@@ -125,30 +128,35 @@ START_TEST(test_export_read_only)
         }
         test_io *io = session_ios(&s, offsets[s.cap]), *out = session_ios(&s, offsets[s.cap]);
         ssm_ticket ta = SSM_TICKET_INIT, tq = SSM_TICKET_INIT;
+        const int32_t *sa = staged_array(&s, a, s.cap), *sq = staged_array(&s, q, s.cap),
+                      *so = staged_array(&s, offsets, s.cap + 1);
         for (int32_t l = 0; l < s.m.layers; l++) {
             ssm_step_io qio = io[l].io;
             qio.out = out[l].out;
-            const ssm_layer_weights *w = &s.w[l].w;
             if (kind == 0) {
-                ssm_prefill_batch ba = {s.cap, a, offsets, 6, NULL, NULL}, bq = {s.cap, q, offsets, 6, NULL, NULL};
-                CONFORM_EXPECT(&s, ssm_prefill(s.ctx, l, &ba, w, &io[l].io, NULL), SSM_OK);
-                CONFORM_EXPECT(&s, ssm_prefill(quiet, l, &bq, w, &qio, NULL), SSM_OK);
+                ssm_prefill_batch ba = {s.cap, sa, so, 6, a, offsets},
+                                  bq = {s.cap, sq, so, 6, q, offsets};
+                CONFORM_EXPECT(&s, staged_prefill(&s, s.ctx, l, &ba, &io[l].io), SSM_OK);
+                CONFORM_EXPECT(&s, staged_prefill(&s, quiet, l, &bq, &qio), SSM_OK);
             } else {
-                ssm_batch ba = {s.cap, T, a, NULL}, bq = {s.cap, T, q, NULL};
+                ssm_batch ba = {s.cap, T, sa, a}, bq = {s.cap, T, sq, q};
                 CONFORM_EXPECT(&s,
-                               kind == 1 ? ssm_decode(s.ctx, l, &ba, w, &io[l].io, NULL)
-                                         : ssm_verify(s.ctx, l, &ba, w, &io[l].io, &ta, NULL),
+                               kind == 1 ? staged_decode(&s, s.ctx, l, &ba, &io[l].io)
+                                         : staged_verify(&s, s.ctx, l, &ba, &io[l].io, &ta),
                                SSM_OK);
                 CONFORM_EXPECT(&s,
-                               kind == 1 ? ssm_decode(quiet, l, &bq, w, &qio, NULL)
-                                         : ssm_verify(quiet, l, &bq, w, &qio, &tq, NULL),
+                               kind == 1 ? staged_decode(&s, quiet, l, &bq, &qio)
+                                         : staged_verify(&s, quiet, l, &bq, &qio, &tq),
                                SSM_OK);
             }
         }
         if (kind >= 2) {
-            CONFORM_EXPECT(&s, ssm_commit(s.ctx, &ta, accepted, NULL), SSM_OK);
-            CONFORM_EXPECT(&s, ssm_commit(quiet, &tq, accepted, NULL), SSM_OK);
+            CONFORM_EXPECT(&s, staged_commit(&s, s.ctx, &ta, accepted, s.cap), SSM_OK);
+            CONFORM_EXPECT(&s, staged_commit(&s, quiet, &tq, accepted, s.cap), SSM_OK);
         }
+        staged_array_free(&s, sa);
+        staged_array_free(&s, sq);
+        staged_array_free(&s, so);
         for (int32_t l = 0; l < s.m.layers; l++)
             ck_assert_msg(memcmp(io[l].out, out[l].out, session_out_bytes(&s, offsets[s.cap])) ==
                               0,
@@ -157,7 +165,7 @@ START_TEST(test_export_read_only)
                           s.desc, s.step, l);
         for (int32_t i = 0; i < s.cap; i++) {
             test_snapshot snap;
-            CONFORM_EXPECT(&s, test_snapshot_take(s.ctx, a[i], &snap), SSM_OK);
+            CONFORM_EXPECT(&s, staged_export(&s, s.ctx, a[i], &snap), SSM_OK);
             test_snapshot_free(&snap);
         }
         session_ios_free(&s, io);
@@ -165,8 +173,8 @@ START_TEST(test_export_read_only)
     }
     for (int32_t i = 0; i < s.cap; i++) {
         test_snapshot x, y;
-        CONFORM_EXPECT(&s, test_snapshot_take(s.ctx, a[i], &x), SSM_OK);
-        CONFORM_EXPECT(&s, test_snapshot_take(quiet, q[i], &y), SSM_OK);
+        CONFORM_EXPECT(&s, staged_export(&s, s.ctx, a[i], &x), SSM_OK);
+        CONFORM_EXPECT(&s, staged_export(&s, quiet, q[i], &y), SSM_OK);
         ck_assert_msg(test_snapshot_equal(&x, &y),
                       "%s: slot %d exported after every step differs from its twin exported once",
                       s.desc, a[i]);
@@ -220,24 +228,49 @@ ERROR_TEST(test_not_acquired, error_not_acquired)
 ERROR_TEST(test_duplicate_slot, error_duplicate_slot)
 ERROR_TEST(test_tokens_range, error_tokens_range)
 
-Suite *conformance_suite(void)
+/* The device of a test case, set before its tests fork (an unchecked
+ * fixture runs in the runner's process, and makes no CUDA call). */
+static void on_cpu(void)
 {
-    static char name[128];
-    snprintf(name, sizeof name, "conformance(%s)", conform.mode);
-    Suite *s = suite_create(name);
+    conform.device = SSM_DEVICE_CPU;
+}
 
-    TCase *load = tcase_create("load");
+static void on_cuda(void)
+{
+    conform.device = SSM_DEVICE_CUDA;
+}
+
+/* A test case on `device`: named `cpu_name` or `cuda_name`. */
+static TCase *device_case(ssm_device_type device, const char *cpu_name, const char *cuda_name)
+{
+    int cuda = device == SSM_DEVICE_CUDA;
+    TCase *tc = tcase_create(cuda ? cuda_name : cpu_name);
+    tcase_add_unchecked_fixture(tc, cuda ? on_cuda : on_cpu, NULL);
+    if (cuda) /* each test starts the CUDA runtime and loads the kernels */
+        tcase_set_timeout(tc, 120);
+    return tc;
+}
+
+Suite *conformance_suite(ssm_device_type device)
+{
+    static char names[2][128];
+    int cuda = device == SSM_DEVICE_CUDA;
+    snprintf(names[cuda], sizeof names[cuda], cuda ? "conformance(%s, cuda:0)" : "conformance(%s)",
+             conform.mode);
+    Suite *s = suite_create(names[cuda]);
+
+    TCase *load = device_case(device, "load", "load_cuda");
     tcase_add_test(load, test_plugin_loads);
     suite_add_tcase(s, load);
 
-    TCase *sessions = tcase_create("sessions");
+    TCase *sessions = device_case(device, "sessions", "sessions_cuda");
     tcase_set_timeout(sessions, 120);
     tcase_add_loop_test(sessions, test_random_session, 0, CONFORM_VARIANTS);
     tcase_add_loop_test(sessions, test_many_rounds, 0, CONFORM_VARIANTS);
     tcase_add_loop_test(sessions, test_export_read_only, 0, 16);
     suite_add_tcase(s, sessions);
 
-    TCase *errors = tcase_create("protocol_errors");
+    TCase *errors = device_case(device, "protocol_errors", "protocol_errors_cuda");
     tcase_set_timeout(errors, 120);
     tcase_add_loop_test(errors, test_stale, 0, 4);
     tcase_add_loop_test(errors, test_repeated, 0, 4);

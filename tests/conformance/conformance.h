@@ -1,14 +1,18 @@
 /* The conformance suite: what any mode plugin must do, checked against the
- * CPU reference (kernels/reference.h) at the numerics contract's bounds for
- * one device (tests/spec_bounds.h, docs/numerics.md), plus every protocol
- * error of the bad-input rules (docs/reliability.md).
+ * CPU reference (kernels/reference.h) at the numerics contract's bounds
+ * (tests/spec_bounds.h, docs/numerics.md: one device's for CPU contexts,
+ * CPU against CUDA for CUDA contexts), plus every protocol error of the
+ * bad-input rules (docs/reliability.md).
  *
- * A `session` is one CPU context of the plugin under test with the
- * reference's state per slot (reference.c); the operations below
- * (session.c) drive it the way an engine does and check every output block
- * and, after every step, the canonical export of every acquired slot. The protocol-error checks
- * (errors.c) inject one bad call into a live session and prove it returned
- * its code and changed nothing. conformance.c assembles the suite. */
+ * A `session` is one context of the plugin under test, on the CPU or on CUDA
+ * device 0, with the reference's state per slot (reference.c); the
+ * operations below (session.c) drive it the way an engine does and check
+ * every output block and, after every step, the canonical export of every
+ * acquired slot. Its step calls go through device_io.c, which hands a CPU
+ * context host buffers and stages a CUDA context's in device memory. The
+ * protocol-error checks (errors.c) inject one bad call into a live session
+ * and prove it returned its code and changed nothing. conformance.c
+ * assembles the suite for one device. */
 #ifndef SSM_TESTS_CONFORMANCE_H
 #define SSM_TESTS_CONFORMANCE_H
 
@@ -26,10 +30,17 @@ typedef struct conform_target {
     const char *plugin_dir; /* directory searched first, or NULL for the search path */
     const char *options;    /* "key=value,key=value" for the mode's section, or NULL */
     int32_t max_tokens;     /* ceiling of the verify width T_max drawn per test (1..5) */
+    /* The device of the test case running now: set by the case's fixture
+     * (conformance.c) before its tests fork. */
+    ssm_device_type device;
 } conform_target;
 extern conform_target conform;
 
-Suite *conformance_suite(void);
+/* The suite on one device's contexts: SSM_DEVICE_CPU, or SSM_DEVICE_CUDA
+ * (device 0; only where the build has CUDA, a GPU is visible and the plugin
+ * declares SSM_CAP_CUDA: conform_main decides). The CUDA suite's test cases
+ * carry a "_cuda" suffix (CK_RUN_CASE=sessions_cuda). */
+Suite *conformance_suite(ssm_device_type device);
 
 #define CONFORM_MAX_CAP 5
 #define CONFORM_MAX_LAYERS 3
@@ -49,6 +60,13 @@ enum {
 
 typedef struct session {
     test_rng rng;
+    /* where the contexts run (device_io.c): CUDA device 0 when `cuda`,
+     * with every step call on `stream` (a cudaStream_t) and the weights
+     * of each layer in device memory (`device_weights`); the CPU otherwise
+     * (both NULL) */
+    int cuda;
+    void *stream;
+    void *device_weights;
     ssm_model_dims m;
     ssm_dtype sd, ad;
     int32_t cap, t_max;
@@ -100,6 +118,50 @@ void ref_check_row(session *s, const ssm_step_io *io, int32_t l, int32_t row, in
 void ref_check_export(session *s, int32_t slot, const test_snapshot *snap);
 void ref_check_totals(session *s, int final);
 
+/* Device staging (device_io.c): the API's calls as an engine makes them on
+ * the session's device. On the CPU each hands the host buffers straight to
+ * the API, with no stream. On CUDA the engine's buffers are caller-owned
+ * device memory: a step call uploads its inputs and its outputs as they
+ * stand (so bytes it must not write keep their sentinel), runs on the
+ * session's stream with the layer's device weights, waits, and copies the
+ * outputs back into io->out, whatever the status. The CUDA runtime is only
+ * called in a build with CUDA, inside a test (after Check's fork). Any
+ * CUDA failure fails the test. */
+
+/* Makes the device side of an open session: on CUDA a stream and the
+ * weights in device memory; nothing on the CPU. staged_close waits for the
+ * stream and releases them (before the contexts are destroyed). */
+void staged_open(session *s);
+void staged_close(session *s);
+
+/* `n` int32 values of batch metadata (slots, token offsets, accepted
+ * lengths) where the session's contexts read them: the host array itself
+ * on the CPU; on CUDA a device copy, uploaded at once. A forward keeps one
+ * copy of its slots from its first verify to its commit: the core checks
+ * that every layer and the commit present the same buffer. staged_array_free
+ * waits for the stream first; NULL is fine. */
+const int32_t *staged_array(session *s, const int32_t *host, int32_t n);
+void staged_array_free(session *s, const int32_t *array);
+
+/* The step calls with the layer's weights on the session's device. Batches
+ * come in the context's form: slots (and token offsets) from staged_array,
+ * slots_host (and token_offsets_host) the host arrays; io holds host
+ * buffers. */
+ssm_status staged_prefill(session *s, ssm_ctx *ctx, int32_t l, const ssm_prefill_batch *b,
+                          const ssm_step_io *io);
+ssm_status staged_decode(session *s, ssm_ctx *ctx, int32_t l, const ssm_batch *b,
+                         const ssm_step_io *io);
+ssm_status staged_verify(session *s, ssm_ctx *ctx, int32_t l, const ssm_batch *b,
+                         const ssm_step_io *io, ssm_ticket *ticket);
+/* ssm_commit with the host lengths of `rows` rows (NULL: none), staged like
+ * a batch's metadata. On CUDA the commit kernel checks them, not the host. */
+ssm_status staged_commit(session *s, ssm_ctx *ctx, const ssm_ticket *ticket,
+                         const int32_t *accepted, int32_t rows);
+/* test_snapshot_take on the session's device: a CUDA context exports into
+ * device buffers on the stream (tests/gpu/gpu_util.h's gpu_snapshot_take),
+ * then the copy comes to the host. *out is always initialized. */
+ssm_status staged_export(session *s, ssm_ctx *ctx, int32_t slot, test_snapshot *out);
+
 /* Acquires a slot (expected fresh: zero export) and resets its reference. */
 int32_t session_acquire(session *s);
 /* Releases a slot: SSM_OK, and the pool shrinks by one. */
@@ -116,6 +178,10 @@ int32_t session_rows(session *s, int32_t live, int32_t pads, int32_t *rows);
  * bitwise, state within the bound); checks pool accounting, that no slot is
  * flagged, and the outputs' running totals. */
 void session_check_slots(session *s);
+
+/* Every acquired slot's flags: `flag` among those of slot `flagged`, none on
+ * the others. */
+void session_expect_flagged(session *s, int32_t flagged, uint32_t flag);
 
 /* Exports every acquired slot not marked in busy (NULL: none) into
  * snaps[slot] (empty entries for the others); the second compares two such
@@ -138,6 +204,7 @@ typedef struct forward {
     int32_t rows, T;
     int32_t slots[CONFORM_MAX_ROWS];
     int32_t accepted[CONFORM_MAX_ROWS];
+    const int32_t *staged_slots; /* slots where the context reads them (staged_array) */
     test_io *io;
     ssm_ticket ticket;
 } forward;
@@ -154,6 +221,9 @@ void forward_verify(session *s, forward *f, int32_t l0, int32_t l1);
  * reference (all T tokens on a copy; the reference keeps the accepted ones)
  * and the padding rows' untouched outputs. */
 void forward_commit(session *s, forward *f);
+/* forward_commit's checks after a commit, every row but skip_row (-1:
+ * none), which neither the reference nor the check sees. */
+void forward_check(session *s, forward *f, int32_t skip_row);
 void forward_free(session *s, forward *f);
 
 /* The engine's operations, each checked against the reference. */
@@ -193,11 +263,17 @@ void error_random(session *s);
     } while (0)
 
 /* The suite's command line (main.c): `PLUGIN.so|MODE [key=value,...]` in
- * argv[1] and argv[2], or the environment; the exit status of check_conformance
- * (0 passed, 1 a test failed or bad usage, CONFORM_NOT_A_PLUGIN). */
-int conform_main(int argc, char **argv);
+ * argv[1] and argv[2], or the environment; `devices` is "cpu", "cuda" or
+ * "all" (NULL: $SSM_CONFORM_DEVICE, else all). Returns the exit status of
+ * check_conformance (0 passed, 1 a test failed or bad usage,
+ * CONFORM_NOT_A_PLUGIN, CONFORM_NO_DEVICE). */
+int conform_main(int argc, char **argv, const char *devices);
 /* conform_main's status when the target is no plugin that loads (one line
  * said why; no test ran). */
 #define CONFORM_NOT_A_PLUGIN 2
+/* conform_main's status when only CUDA was asked for and CUDA contexts cannot
+ * run: no CUDA in the build, no GPU visible, or a plugin without
+ * SSM_CAP_CUDA (one line said which; no test ran). Automake's SKIP. */
+#define CONFORM_NO_DEVICE 77
 
 #endif

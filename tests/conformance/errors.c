@@ -4,7 +4,10 @@
  * bit-identical, output buffers keep their sentinel, a rejected verify leaves
  * its ticket as it was); and the slots of the forward that was open around the
  * bad call commit to exactly what the reference says, so the bad call left no
- * trace there either. The session goes on afterwards. */
+ * trace there either. The session goes on afterwards. The checks are the same
+ * on both devices but one: accepted lengths in device memory (a CUDA context)
+ * are checked by the commit kernel, which flags the row's slot instead of
+ * refusing the commit (accepted_range_on_device). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,17 +85,20 @@ static void expect_bad_batch(session *s, int32_t rows, const int32_t *slots, ssm
     for (int32_t r = 0; r < rows; r++)
         offsets[r + 1] = offsets[r] + test_rng_int(&s->rng, 0, 4);
     int32_t l = test_rng_int(&s->rng, 0, s->m.layers - 1);
-    const ssm_layer_weights *w = &s->w[l].w;
-    ssm_batch db = {rows, 1, slots, NULL}, vb = {rows, T, slots, NULL};
-    ssm_prefill_batch pb = {rows, slots, offsets, 4, NULL, NULL};
+    const int32_t *staged_slots = staged_array(s, slots, rows),
+                  *staged_offsets = staged_array(s, offsets, rows + 1);
+    ssm_batch db = {rows, 1, staged_slots, slots}, vb = {rows, T, staged_slots, slots};
+    ssm_prefill_batch pb = {rows, staged_slots, staged_offsets, 4, slots, offsets};
     ssm_ticket t = SSM_TICKET_INIT;
-    CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &db, w, &probe[l].io, NULL), want);
-    CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &vb, w, &probe[l].io, &t, NULL), want);
+    CONFORM_EXPECT(s, staged_decode(s, s->ctx, l, &db, &probe[l].io), want);
+    CONFORM_EXPECT(s, staged_verify(s, s->ctx, l, &vb, &probe[l].io, &t), want);
     ck_assert_msg(ticket_is_zero(&t), "%s [%s]: a rejected verify filled the ticket", s->desc,
                   what);
-    CONFORM_EXPECT(s, ssm_prefill(s->ctx, l, &pb, w, &probe[l].io, NULL), want);
+    CONFORM_EXPECT(s, staged_prefill(s, s->ctx, l, &pb, &probe[l].io), want);
     session_assert_sentinel(s, probe, 0, tokens, what);
     session_ios_free(s, probe);
+    staged_array_free(s, staged_slots);
+    staged_array_free(s, staged_offsets);
     idle_end(s, &c, what);
 }
 
@@ -134,11 +140,10 @@ void error_stale(session *s)
     idle_check c;
     idle_begin(s, &c, &f2);
     if (L >= 2) {
-        ssm_batch b = {f2.rows, f2.T, f2.slots, NULL};
+        ssm_batch b = {f2.rows, f2.T, f2.staged_slots, f2.slots};
         test_io *probe = session_ios(s, (int64_t)f2.rows * f2.T);
         ssm_ticket old = f1.ticket;
-        CONFORM_EXPECT(s, ssm_verify(s->ctx, L - 1, &b, &s->w[L - 1].w, &probe[L - 1].io, &old,
-                                     NULL),
+        CONFORM_EXPECT(s, staged_verify(s, s->ctx, L - 1, &b, &probe[L - 1].io, &old),
                        SSM_ERR_TICKET_STALE);
         ck_assert_msg(memcmp(&old, &f1.ticket, sizeof old) == 0,
                       "%s: a rejected verify changed the ticket", s->desc);
@@ -146,10 +151,12 @@ void error_stale(session *s)
         session_ios_free(s, probe);
     }
     forward_verify(s, &f2, L - 1, L);
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &f1.ticket, f1.accepted, NULL), SSM_ERR_TICKET_STALE);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f1.ticket, f1.accepted, f1.rows),
+                   SSM_ERR_TICKET_STALE);
     idle_end(s, &c, "a stale commit");
     forward_commit(s, &f2);
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &f1.ticket, f1.accepted, NULL), SSM_ERR_TICKET_STALE);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f1.ticket, f1.accepted, f1.rows),
+                   SSM_ERR_TICKET_STALE);
     forward_free(s, &f1);
     forward_free(s, &f2);
 }
@@ -163,12 +170,13 @@ void error_repeated(session *s)
     forward_commit(s, &f);
     idle_check c;
     idle_begin(s, &c, NULL);
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &f.ticket, f.accepted, NULL), SSM_ERR_TICKET_REPEATED);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f.ticket, f.accepted, f.rows),
+                   SSM_ERR_TICKET_REPEATED);
     int32_t other[CONFORM_MAX_ROWS];
     for (int32_t r = 0; r < f.rows; r++)
         other[r] = test_rng_int(&s->rng, 1, f.T);
     ssm_ticket copy = f.ticket;
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &copy, other, NULL), SSM_ERR_TICKET_REPEATED);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &copy, other, f.rows), SSM_ERR_TICKET_REPEATED);
     idle_end(s, &c, "a repeated commit");
     forward_free(s, &f);
 }
@@ -190,24 +198,23 @@ void error_foreign(session *s)
                   NULL);
     /* The other context verifies the same slot numbers and shape. */
     test_io *oio = session_ios(s, (int64_t)f.rows * f.T);
-    ssm_batch ob = {f.rows, f.T, f.slots, NULL};
     int32_t oslots[CONFORM_MAX_ROWS];
     memcpy(oslots, f.slots, sizeof oslots);
-    ob.slots = oslots;
+    const int32_t *staged_oslots = staged_array(s, oslots, f.rows);
+    ssm_batch ob = {f.rows, f.T, staged_oslots, oslots};
     ssm_ticket ot = SSM_TICKET_INIT;
     for (int32_t l = 0; l < s->m.layers; l++)
-        CONFORM_EXPECT(s, ssm_verify(other, l, &ob, &s->w[l].w, &oio[l].io, &ot, NULL), SSM_OK);
+        CONFORM_EXPECT(s, staged_verify(s, other, l, &ob, &oio[l].io, &ot), SSM_OK);
 
     int32_t L = s->m.layers;
     forward_verify(s, &f, 0, L - 1);
     idle_check c;
     idle_begin(s, &c, &f);
     if (L >= 2) {
-        ssm_batch b = {f.rows, f.T, f.slots, NULL};
+        ssm_batch b = {f.rows, f.T, f.staged_slots, f.slots};
         test_io *probe = session_ios(s, (int64_t)f.rows * f.T);
         ssm_ticket foreign = ot;
-        CONFORM_EXPECT(s, ssm_verify(s->ctx, L - 1, &b, &s->w[L - 1].w, &probe[L - 1].io,
-                                     &foreign, NULL),
+        CONFORM_EXPECT(s, staged_verify(s, s->ctx, L - 1, &b, &probe[L - 1].io, &foreign),
                        SSM_ERR_TICKET_FOREIGN);
         ck_assert_msg(memcmp(&foreign, &ot, sizeof ot) == 0,
                       "%s: a rejected verify changed the ticket", s->desc);
@@ -215,18 +222,40 @@ void error_foreign(session *s)
         session_ios_free(s, probe);
     }
     forward_verify(s, &f, L - 1, L);
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &ot, f.accepted, NULL), SSM_ERR_TICKET_FOREIGN);
-    CONFORM_EXPECT(s, ssm_commit(other, &f.ticket, f.accepted, NULL), SSM_ERR_TICKET_FOREIGN);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &ot, f.accepted, f.rows), SSM_ERR_TICKET_FOREIGN);
+    CONFORM_EXPECT(s, staged_commit(s, other, &f.ticket, f.accepted, f.rows),
+                   SSM_ERR_TICKET_FOREIGN);
     idle_end(s, &c, "a foreign commit");
     forward_commit(s, &f);
-    CONFORM_EXPECT(s, ssm_commit(other, &ot, f.accepted, NULL), SSM_OK);
+    CONFORM_EXPECT(s, staged_commit(s, other, &ot, f.accepted, f.rows), SSM_OK);
     session_ios_free(s, oio);
+    staged_array_free(s, staged_oslots);
     forward_free(s, &f);
     ssm_ctx_destroy(other);
 }
 
-/* Accepted lengths outside [1, T] on a live row: ACCEPTED_RANGE, and the
- * forward stays open for the right commit. */
+/* Device accepted lengths (a CUDA context): the commit kernel checks them,
+ * not the host. The commit of `bad` on one live row succeeds, skips that
+ * row and flags its slot SSM_FLAG_BAD_ACCEPTED alone; the other rows commit
+ * as the reference says and no idle slot changes; a reset makes the flagged
+ * slot fresh (its state is undefined until then). */
+static void accepted_range_on_device(session *s, forward *f, idle_check *c, int32_t bad)
+{
+    int32_t row = forward_pick_live(s, f), slot = f->slots[row];
+    int32_t acc[CONFORM_MAX_ROWS];
+    memcpy(acc, f->accepted, sizeof acc);
+    acc[row] = bad;
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f->ticket, acc, f->rows), SSM_OK);
+    idle_end(s, c, "a commit with a device accepted length out of range");
+    forward_check(s, f, row);
+    session_expect_flagged(s, slot, SSM_FLAG_BAD_ACCEPTED);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, slot, s->stream), SSM_OK);
+    ref_reset(s, slot);
+}
+
+/* Accepted lengths outside [1, T] on a live row: ACCEPTED_RANGE from host
+ * lengths (the CPU), and the forward stays open for the right commit; on
+ * CUDA, accepted_range_on_device. */
 void error_accepted_range(session *s)
 {
     s->op = "accepted range";
@@ -235,11 +264,17 @@ void error_accepted_range(session *s)
     idle_check c;
     idle_begin(s, &c, &f);
     const int32_t bad[] = {0, f.T + 1, -1, INT32_MAX, INT32_MIN};
+    if (s->cuda) {
+        accepted_range_on_device(s, &f, &c, bad[test_rng_int(&s->rng, 0, 4)]);
+        forward_free(s, &f);
+        return;
+    }
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int32_t acc[CONFORM_MAX_ROWS];
         memcpy(acc, f.accepted, sizeof acc);
         acc[forward_pick_live(s, &f)] = bad[i];
-        CONFORM_EXPECT(s, ssm_commit(s->ctx, &f.ticket, acc, NULL), SSM_ERR_ACCEPTED_RANGE);
+        CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f.ticket, acc, f.rows),
+                       SSM_ERR_ACCEPTED_RANGE);
     }
     idle_end(s, &c, "a commit with accepted lengths out of range");
     forward_commit(s, &f);
@@ -259,7 +294,7 @@ void error_incomplete(session *s)
     idle_begin(s, &c, &f);
     for (int32_t l = 0; l < L - 1; l++) {
         forward_verify(s, &f, l, l + 1);
-        CONFORM_EXPECT(s, ssm_commit(s->ctx, &f.ticket, f.accepted, NULL),
+        CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f.ticket, f.accepted, f.rows),
                        SSM_ERR_TICKET_INCOMPLETE);
     }
     idle_end(s, &c, "an incomplete commit");
@@ -287,10 +322,10 @@ void error_second_verify(session *s)
     int32_t rows[CONFORM_MAX_ROWS];
     int32_t n = rows_for_error(s, pending, rows);
     expect_bad_batch(s, n, rows, SSM_ERR_VERIFY_PENDING, c.busy, "a batch over a pending slot");
-    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, pending, NULL), SSM_ERR_VERIFY_PENDING);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, pending, s->stream), SSM_ERR_VERIFY_PENDING);
     CONFORM_EXPECT(s, ssm_slot_release(s->ctx, pending), SSM_ERR_VERIFY_PENDING);
     test_snapshot snap;
-    CONFORM_EXPECT(s, test_snapshot_take(s->ctx, pending, &snap), SSM_ERR_VERIFY_PENDING);
+    CONFORM_EXPECT(s, staged_export(s, s->ctx, pending, &snap), SSM_ERR_VERIFY_PENDING);
     test_snapshot_free(&snap);
     idle_end(s, &c, "calls over a pending slot");
     forward_verify(s, &f, verified, s->m.layers);
@@ -309,7 +344,7 @@ void error_slot_range(session *s)
         expect_bad_batch(s, n, rows, SSM_ERR_SLOT_RANGE, NULL, "a batch with a slot out of range");
     }
     int32_t bad_slot = bad[test_rng_int(&s->rng, 0, 5)];
-    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, bad_slot, NULL), SSM_ERR_SLOT_RANGE);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, bad_slot, s->stream), SSM_ERR_SLOT_RANGE);
     CONFORM_EXPECT(s, ssm_slot_release(s->ctx, bad_slot), SSM_ERR_SLOT_RANGE);
 }
 
@@ -329,10 +364,10 @@ void error_not_acquired(session *s)
     expect_bad_batch(s, n, rows, SSM_ERR_SLOT_NOT_ACQUIRED, NULL, "a batch with a free slot");
     idle_check c;
     idle_begin(s, &c, NULL);
-    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, free_slot, NULL), SSM_ERR_SLOT_NOT_ACQUIRED);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, free_slot, s->stream), SSM_ERR_SLOT_NOT_ACQUIRED);
     CONFORM_EXPECT(s, ssm_slot_release(s->ctx, free_slot), SSM_ERR_SLOT_NOT_ACQUIRED);
     test_snapshot snap;
-    CONFORM_EXPECT(s, test_snapshot_take(s->ctx, free_slot, &snap), SSM_ERR_SLOT_NOT_ACQUIRED);
+    CONFORM_EXPECT(s, staged_export(s, s->ctx, free_slot, &snap), SSM_ERR_SLOT_NOT_ACQUIRED);
     test_snapshot_free(&snap);
     idle_end(s, &c, "calls on a free slot");
     session_check_slots(s); /* pool accounting unchanged */
@@ -364,19 +399,20 @@ void error_tokens_range(session *s)
     int64_t tokens = (int64_t)n * (s->t_max + 1);
     test_io *probe = session_ios(s, tokens);
     int32_t l = test_rng_int(&s->rng, 0, s->m.layers - 1);
+    const int32_t *staged_rows = staged_array(s, rows, n);
     const int32_t bad[] = {0, s->t_max + 1, -1};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ssm_batch b = {n, bad[i], rows, NULL};
+        ssm_batch b = {n, bad[i], staged_rows, rows};
         ssm_ticket t = SSM_TICKET_INIT;
-        CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &b, &s->w[l].w, &probe[l].io, &t, NULL),
+        CONFORM_EXPECT(s, staged_verify(s, s->ctx, l, &b, &probe[l].io, &t),
                        SSM_ERR_INVALID_ARGUMENT);
         ck_assert_msg(ticket_is_zero(&t), "%s: a rejected verify filled the ticket", s->desc);
     }
-    ssm_batch d = {n, 2, rows, NULL};
-    CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &d, &s->w[l].w, &probe[l].io, NULL),
-                   SSM_ERR_INVALID_ARGUMENT);
+    ssm_batch d = {n, 2, staged_rows, rows};
+    CONFORM_EXPECT(s, staged_decode(s, s->ctx, l, &d, &probe[l].io), SSM_ERR_INVALID_ARGUMENT);
     session_assert_sentinel(s, probe, 0, tokens, "verify/decode with a bad token count");
     session_ios_free(s, probe);
+    staged_array_free(s, staged_rows);
     idle_end(s, &c, "a bad token count");
 }
 

@@ -1,13 +1,20 @@
 /* The conformance suite's oracle: per slot and layer, the conv window and
  * matrix state the CPU reference (kernels/reference.h) reaches on the tokens
- * the slot kept, and the numerics contract's comparisons on one device (the
+ * the slot kept, and the numerics contract's comparisons (tests/spec_bounds.h:
+ * relative RMS over the whole output of the session per layer, and over
+ * each exported state per layer; every block checked for NaN at once;
+ * nothing per element). A CPU context is on the reference's device (the
  * reference computes what native computes): outputs within
- * spec_bound_vs_native (tests/spec_bounds.h: relative RMS over the whole
- * output of the session per layer, 1e-5 for fp32 outputs and 2e-4 for bf16
- * ones over an fp32 state, 1e-2 over a bf16 state; every block checked for
- * NaN at once; nothing per element); exported states per layer within
- * spec_bound_vs_native_state (1e-5 fp32, 1e-2 bf16); conv windows bit for
- * bit. */
+ * spec_bound_vs_native (1e-5 for fp32 outputs and 2e-4 for bf16 ones over
+ * an fp32 state, 1e-2 over a bf16 state), states within
+ * spec_bound_vs_native_state (1e-5 fp32, 1e-2 bf16). A CUDA context is held
+ * to the CPU-vs-CUDA rows, as the GPU suites hold it (gpu_world.c):
+ * spec_bound_cpu_vs_cuda (1e-4 fp32 outputs, 5e-4 bf16, 1e-2 over a bf16
+ * state) and spec_bound_cpu_vs_cuda_state (1e-4, 1e-2); a session whose
+ * prefill runs under prefill_precision = fast takes
+ * spec_bound_fast_prefill_cpu_vs_cuda (1e-2) for both, the same reference
+ * prefilling through its fp32 chunked form. Conv windows hold copies of
+ * inputs: bit for bit on either device. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +53,16 @@ void ref_open(session *s)
     ck_assert_msg(s->windows && s->states && s->tail_window && s->tail_state && s->ref_out &&
                       s->scratch,
                   "out of memory");
-    s->out_bound = spec_bound_vs_native(s->sd, s->ad);
-    s->state_limit = spec_bound_vs_native_state(s->sd).limit;
+    if (!s->cuda) {
+        s->out_bound = spec_bound_vs_native(s->sd, s->ad);
+        s->state_limit = spec_bound_vs_native_state(s->sd).limit;
+    } else if (s->cfg.prefill_precision == SSM_PREFILL_PRECISION_FAST) {
+        s->out_bound = spec_bound_fast_prefill_cpu_vs_cuda();
+        s->state_limit = s->out_bound.limit;
+    } else {
+        s->out_bound = spec_bound_cpu_vs_cuda(s->sd, s->ad);
+        s->state_limit = spec_bound_cpu_vs_cuda_state(s->sd).limit;
+    }
     memset(s->totals, 0, sizeof s->totals);
 }
 

@@ -13,4 +13,7 @@ if [ ! -f "$plugin" ]; then
     echo "1..0 # SKIP replay plugin not built"
     exit 0
 fi
+# CPU contexts here; tests/gpu/conform_cuda.gpu runs the suite on CUDA ones.
+SSM_CONFORM_DEVICE=cpu
+export SSM_CONFORM_DEVICE
 exec "$top_builddir/tests/conformance/check_conformance" "$plugin"

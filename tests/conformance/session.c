@@ -1,6 +1,6 @@
-/* A conformance session: one CPU context of the plugin under test, the
- * reference per slot (reference.c), and the engine's operations, each
- * checked as it runs. */
+/* A conformance session: one context of the plugin under test (on the CPU
+ * or CUDA device 0, its calls staged by device_io.c), the reference per slot
+ * (reference.c), and the engine's operations, each checked as it runs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ static void session_options(session *s, int variant, int choice)
 /* The capabilities the variant needs that the plugin lacks (0: none). */
 static uint64_t missing_capabilities(const session *s)
 {
-    uint64_t need = SSM_CAP_CPU | SSM_CAP_PAGES;
+    uint64_t need = (s->cuda ? SSM_CAP_CUDA : SSM_CAP_CPU) | SSM_CAP_PAGES;
     need |= s->m.kind == SSM_MODEL_KDA ? SSM_CAP_KDA : SSM_CAP_GDN;
     need |= s->sd == SSM_DTYPE_BF16 ? SSM_CAP_STATE_BF16 : SSM_CAP_STATE_F32;
     need |= s->ad == SSM_DTYPE_BF16 ? SSM_CAP_ACT_BF16 : SSM_CAP_ACT_F32;
@@ -101,14 +101,22 @@ static uint64_t missing_capabilities(const session *s)
     return need & ~have;
 }
 
+/* Key dims of the CUDA sessions: the widths every CUDA mode takes (the
+ * built-in kernels take no others), Qwen3-Next's and Kimi-Linear's 128
+ * among them. Value dims stay test_random_dims's multiples of 8. */
+static const int32_t cuda_key_dims[] = {32, 64, 128};
+
 int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_layers)
 {
     memset(s, 0, sizeof *s);
     s->op = "open";
+    s->cuda = conform.device == SSM_DEVICE_CUDA;
     test_rng_init(&s->rng,
                   test_seed() ^ ((salt * 131 + (uint64_t)variant) * 0x9e3779b97f4a7c15ull));
     ssm_model_kind kind = (variant & VARIANT_KDA) ? SSM_MODEL_KDA : SSM_MODEL_GDN;
     test_random_dims(&s->rng, kind, variant & VARIANT_GVA, &s->m);
+    if (s->cuda)
+        s->m.key_dim = cuda_key_dims[test_rng_int(&s->rng, 0, 2)];
     s->m.has_lower_bound = kind == SSM_MODEL_KDA && (variant & VARIANT_ALT);
     s->m.lower_bound = s->m.has_lower_bound ? (float)-(1.0 + 9.0 * test_rng_uniform(&s->rng)) : 0;
     if (s->m.layers < min_layers)
@@ -123,6 +131,13 @@ int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_lay
         s->t_max = ceiling;
     test_config(&s->cfg, &s->m, conform.mode, s->sd, s->ad, s->cap, s->t_max - 1);
     s->cfg.plugin_dir = conform.plugin_dir;
+    if (s->cuda) {
+        s->cfg.device = (ssm_device){SSM_DEVICE_CUDA, 0};
+        /* One CUDA session in four prefills under the fast precision (the
+         * tensor-core products), held to that prefill's bound (reference.c). */
+        if (test_rng_int(&s->rng, 0, 3) == 0)
+            s->cfg.prefill_precision = SSM_PREFILL_PRECISION_FAST;
+    }
     session_options(s, variant, choice);
 
     int n = snprintf(s->desc, sizeof s->desc,
@@ -135,6 +150,11 @@ int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_lay
     for (int32_t i = 0; i < s->options_count[0] && n > 0 && (size_t)n < sizeof s->desc; i++)
         n += snprintf(s->desc + n, sizeof s->desc - (size_t)n, " %s=%s", s->options[i].key,
                       s->options[i].value);
+    if (s->cuda && n > 0 && (size_t)n < sizeof s->desc)
+        snprintf(s->desc + n, sizeof s->desc - (size_t)n, " on cuda:0%s",
+                 s->cfg.prefill_precision == SSM_PREFILL_PRECISION_FAST
+                     ? " prefill_precision=fast"
+                     : "");
 
     uint64_t missing = missing_capabilities(s);
     if (missing) {
@@ -150,6 +170,7 @@ int conform_session_open(session *s, int variant, uint64_t salt, int32_t min_lay
     s->w = calloc((size_t)s->m.layers, sizeof *s->w);
     for (int32_t l = 0; l < s->m.layers; l++)
         test_weights_make(&s->rng, &s->m, test_rng_int(&s->rng, 0, 1), &s->w[l]);
+    staged_open(s);
     ref_open(s);
     s->op = "idle";
     return 1;
@@ -161,6 +182,7 @@ void conform_session_close(session *s)
         s->op = "end";
         ref_check_totals(s, 1);
     }
+    staged_close(s);
     if (s->w)
         for (int32_t l = 0; l < s->m.layers; l++)
             test_weights_free(&s->w[l]);
@@ -175,7 +197,7 @@ void conform_session_close(session *s)
 static void check_slot(session *s, int32_t slot)
 {
     test_snapshot snap;
-    CONFORM_EXPECT(s, test_snapshot_take(s->ctx, slot, &snap), SSM_OK);
+    CONFORM_EXPECT(s, staged_export(s, s->ctx, slot, &snap), SSM_OK);
     ref_check_export(s, slot, &snap);
     test_snapshot_free(&snap);
 }
@@ -206,6 +228,22 @@ void session_check_slots(session *s)
                   "%s [%s, step %d]: flags 0x%x raised on %d slots (first %d)", s->desc, s->op,
                   s->step, rep.flags, rep.flagged_slots, rep.first_flagged);
     ref_check_totals(s, 0);
+}
+
+void session_expect_flagged(session *s, int32_t flagged, uint32_t flag)
+{
+    for (int32_t slot = 0; slot < s->cap; slot++) {
+        if (!s->acquired[slot])
+            continue;
+        uint32_t flags = 0;
+        CONFORM_EXPECT(s, ssm_slot_flags(s->ctx, slot, &flags), SSM_OK);
+        if (slot == flagged)
+            ck_assert_msg(flags & flag, "%s [%s, step %d]: slot %d lacks flag 0x%x (flags 0x%x)",
+                          s->desc, s->op, s->step, slot, flag, flags);
+        else
+            ck_assert_msg(flags == 0, "%s [%s, step %d]: slot %d is flagged 0x%x", s->desc, s->op,
+                          s->step, slot, flags);
+    }
 }
 
 int32_t session_acquire(session *s)
@@ -281,7 +319,7 @@ void session_snapshots(session *s, const int *busy, test_snapshot *snaps)
     for (int32_t slot = 0; slot < s->cap; slot++) {
         memset(&snaps[slot], 0, sizeof snaps[slot]);
         if (s->acquired[slot] && !(busy && busy[slot]))
-            CONFORM_EXPECT(s, test_snapshot_take(s->ctx, slot, &snaps[slot]), SSM_OK);
+            CONFORM_EXPECT(s, staged_export(s, s->ctx, slot, &snaps[slot]), SSM_OK);
     }
 }
 
@@ -376,6 +414,7 @@ void forward_setup(session *s, forward *f, int32_t T, int32_t rows, const int32_
             f->accepted[r] = test_rng_int(&s->rng, 0, 1) ? 0 : T + 1;
     }
     f->io = session_ios(s, (int64_t)f->rows * T);
+    f->staged_slots = staged_array(s, f->slots, f->rows);
     ssm_ticket zero = SSM_TICKET_INIT;
     f->ticket = zero;
 }
@@ -389,18 +428,24 @@ void forward_busy(const forward *f, int *busy)
 
 void forward_verify(session *s, forward *f, int32_t l0, int32_t l1)
 {
-    ssm_batch b = {f->rows, f->T, f->slots, NULL};
+    ssm_batch b = {f->rows, f->T, f->staged_slots, f->slots};
     for (int32_t l = l0; l < l1; l++)
-        CONFORM_EXPECT(s, ssm_verify(s->ctx, l, &b, &s->w[l].w, &f->io[l].io, &f->ticket, NULL),
-                       SSM_OK);
+        CONFORM_EXPECT(s, staged_verify(s, s->ctx, l, &b, &f->io[l].io, &f->ticket), SSM_OK);
 }
 
 void forward_commit(session *s, forward *f)
 {
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &f->ticket, f->accepted, NULL), SSM_OK);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f->ticket, f->accepted, f->rows), SSM_OK);
+    forward_check(s, f, -1);
+}
+
+void forward_check(session *s, forward *f, int32_t skip_row)
+{
     for (int32_t l = 0; l < s->m.layers; l++)
         for (int32_t r = 0; r < f->rows; r++) {
             int64_t t0 = (int64_t)r * f->T;
+            if (r == skip_row)
+                continue;
             if (f->slots[r] >= 0)
                 check_row(s, &f->io[l], l, r, f->slots[r], t0, f->T, f->accepted[r], 0);
             else
@@ -413,6 +458,8 @@ void forward_free(session *s, forward *f)
     if (f->io)
         session_ios_free(s, f->io);
     f->io = NULL;
+    staged_array_free(s, f->staged_slots);
+    f->staged_slots = NULL;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -454,10 +501,15 @@ void op_prefill(session *s)
         if (len > longest)
             longest = len;
     }
-    ssm_prefill_batch b = {n, rows, offsets, longest + test_rng_int(&s->rng, 0, 2), NULL, NULL};
+    const int32_t *staged_rows = staged_array(s, rows, n),
+                  *staged_offsets = staged_array(s, offsets, n + 1);
+    int32_t max_row_tokens = longest + test_rng_int(&s->rng, 0, 2);
+    ssm_prefill_batch b = {n, staged_rows, staged_offsets, max_row_tokens, rows, offsets};
     test_io *io = session_ios(s, offsets[n]);
     for (int32_t l = 0; l < s->m.layers; l++)
-        CONFORM_EXPECT(s, ssm_prefill(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL), SSM_OK);
+        CONFORM_EXPECT(s, staged_prefill(s, s->ctx, l, &b, &io[l].io), SSM_OK);
+    staged_array_free(s, staged_rows);
+    staged_array_free(s, staged_offsets);
     for (int32_t l = 0; l < s->m.layers; l++)
         for (int32_t r = 0; r < n; r++) {
             int32_t len = offsets[r + 1] - offsets[r];
@@ -475,10 +527,11 @@ void op_decode(session *s)
     int32_t rows[CONFORM_MAX_ROWS];
     int32_t live = test_rng_int(&s->rng, 1, session_count_acquired(s));
     int32_t n = session_rows(s, live, random_pads(s), rows);
-    ssm_batch b = {n, 1, rows, NULL};
+    const int32_t *staged_rows = staged_array(s, rows, n);
+    ssm_batch b = {n, 1, staged_rows, rows};
     test_io *io = session_ios(s, n);
     for (int32_t l = 0; l < s->m.layers; l++) {
-        CONFORM_EXPECT(s, ssm_decode(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL), SSM_OK);
+        CONFORM_EXPECT(s, staged_decode(s, s->ctx, l, &b, &io[l].io), SSM_OK);
         for (int32_t r = 0; r < n; r++)
             if (rows[r] >= 0)
                 check_row(s, &io[l], l, r, rows[r], r, 1, 1, 0);
@@ -487,6 +540,7 @@ void op_decode(session *s)
         if (rows[r] < 0)
             session_assert_sentinel(s, io, r, r + 1, "decode, padding row");
     session_ios_free(s, io);
+    staged_array_free(s, staged_rows);
 }
 
 void op_verify(session *s)
@@ -535,7 +589,7 @@ void op_reset(session *s)
 {
     s->op = "reset";
     int32_t slot = session_pick_slot(s);
-    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, slot, NULL), SSM_OK);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, slot, s->stream), SSM_OK);
     ref_reset(s, slot);
 }
 
@@ -572,36 +626,26 @@ void op_nonfinite(session *s)
     int32_t pl = test_rng_int(&s->rng, 0, s->m.layers - 1);
     int64_t tok = (int64_t)bad_row * T + test_rng_int(&s->rng, 0, T - 1);
     ssm_ref_store(io[pl].x, s->ad, tok * ssm_conv_channels(&s->m), NAN);
-    ssm_batch b = {n, T, rows, NULL};
+    const int32_t *staged_rows = staged_array(s, rows, n);
+    ssm_batch b = {n, T, staged_rows, rows};
     ssm_ticket t = SSM_TICKET_INIT;
     int32_t accepted[CONFORM_MAX_ROWS];
     for (int32_t r = 0; r < n; r++)
         accepted[r] = test_rng_int(&s->rng, 1, T);
     for (int32_t l = 0; l < s->m.layers; l++)
         CONFORM_EXPECT(s,
-                       decode ? ssm_decode(s->ctx, l, &b, &s->w[l].w, &io[l].io, NULL)
-                              : ssm_verify(s->ctx, l, &b, &s->w[l].w, &io[l].io, &t, NULL),
+                       decode ? staged_decode(s, s->ctx, l, &b, &io[l].io)
+                              : staged_verify(s, s->ctx, l, &b, &io[l].io, &t),
                        SSM_OK);
     if (!decode)
-        CONFORM_EXPECT(s, ssm_commit(s->ctx, &t, accepted, NULL), SSM_OK);
+        CONFORM_EXPECT(s, staged_commit(s, s->ctx, &t, accepted, n), SSM_OK);
+    staged_array_free(s, staged_rows);
     for (int32_t l = 0; l < s->m.layers; l++)
         for (int32_t r = 0; r < n; r++)
             if (rows[r] >= 0 && rows[r] != bad)
                 check_row(s, &io[l], l, r, rows[r], (int64_t)r * T, T, accepted[r], 0);
-    for (int32_t slot = 0; slot < s->cap; slot++) {
-        if (!s->acquired[slot])
-            continue;
-        uint32_t flags = 0;
-        CONFORM_EXPECT(s, ssm_slot_flags(s->ctx, slot, &flags), SSM_OK);
-        if (slot == bad)
-            ck_assert_msg(flags & SSM_FLAG_NONFINITE_INPUT,
-                          "%s [%s, step %d]: slot %d got a NaN input but is not flagged (0x%x)",
-                          s->desc, s->op, s->step, slot, flags);
-        else
-            ck_assert_msg(flags == 0, "%s [%s, step %d]: slot %d is flagged 0x%x", s->desc, s->op,
-                          s->step, slot, flags);
-    }
-    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, bad, NULL), SSM_OK);
+    session_expect_flagged(s, bad, SSM_FLAG_NONFINITE_INPUT);
+    CONFORM_EXPECT(s, ssm_slot_reset(s->ctx, bad, s->stream), SSM_OK);
     ref_reset(s, bad);
     session_ios_free(s, io);
 }
@@ -614,11 +658,12 @@ void op_abort(session *s)
     int32_t live = test_rng_int(&s->rng, 1, session_count_acquired(s));
     forward_begin(s, &f, test_rng_int(&s->rng, 1, s->t_max), live, random_pads(s), NULL);
     forward_verify(s, &f, 0, test_rng_int(&s->rng, 1, s->m.layers));
-    CONFORM_EXPECT(s, ssm_forward_abort(s->ctx, &f.ticket, NULL), SSM_OK);
+    CONFORM_EXPECT(s, ssm_forward_abort(s->ctx, &f.ticket, s->stream), SSM_OK);
     for (int32_t r = 0; r < f.rows; r++)
         if (f.slots[r] >= 0)
             ref_reset(s, f.slots[r]);
-    CONFORM_EXPECT(s, ssm_commit(s->ctx, &f.ticket, f.accepted, NULL), SSM_ERR_TICKET_STALE);
+    CONFORM_EXPECT(s, staged_commit(s, s->ctx, &f.ticket, f.accepted, f.rows),
+                   SSM_ERR_TICKET_STALE);
     forward_free(s, &f);
 }
 
