@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ncu's view of the decode kernels that miss their targets, over what
-# bench/device_stage.sh staged (carry .device/stage): native decode at
+# bench/device_stage.sh staged (carry .device/stage, or SSM_STAGE names
+# another staged build): native decode at
 # B = 256 and 64 (prologue and tile job), replay's decode (prologue and
 # identity kernel) at B = 256, and both again as one-launch steps (native's
 # at B = 1 too). Per kernel: duration, DRAM throughput,
@@ -9,7 +10,7 @@
 # step kernel's at B = 1 (step1_sass.csv), and replay's kernels at B = 1.
 # Full CSV under $OUT_NCU (else $OUT)/ncu_*.csv. About three minutes.
 set -u
-root=$PWD S=$root/.device/stage O=${OUT_NCU:-${OUT:-$root/.device/out}}
+root=$PWD S=${SSM_STAGE:-$root/.device/stage} O=${OUT_NCU:-${OUT:-$root/.device/out}}
 mkdir -p "$O"
 export LD_LIBRARY_PATH=$S/lib SSMSTATE_PLUGIN_PATH=$S/lib
 ncu=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}

@@ -86,8 +86,9 @@ wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
     SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
 wanted forced && time_for 150 && modes exact_math SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_FAST_MATH=0
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    .device/wheels/fla_core-*.whl
+ls .device/wheels/fla_core-*.whl >/dev/null 2>&1 &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+        .device/wheels/fla_core-*.whl
 export PYTHONPATH=/tmp/site:$root/python PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export SSMSTATE_LIBRARY=$S/lib/libssmstate.so.0
 if wanted python && time_for 20; then
