@@ -40,9 +40,9 @@ modes() { # NAME [VAR=VALUE...]
 }
 wanted modes && modes default
 if wanted tests; then
-    for t in cuda_math pages_cuda pages_device tuning_cuda; do
+    for t in cuda_math pages_cuda pages_device tuning_cuda conform_cuda; do
         time_for 60 || break
-        SSM_TOP_BUILDDIR=$S/bin timeout 120 sh "tests/gpu/$t.gpu" >"$O/$t.log" 2>&1
+        SSM_TOP_BUILDDIR=$S/bin timeout 180 sh "tests/gpu/$t.gpu" >"$O/$t.log" 2>&1
         echo "$t: exit $? ok $(grep -c '^ok' "$O/$t.log") not ok $(grep -c '^not ok' "$O/$t.log") $(elapsed)"
         grep '^not ok' "$O/$t.log" | head -5
     done

@@ -37,6 +37,8 @@ for name in $gpu_tests; do
     ln -s "../../$name" "$stage/bin/tests/gpu/$name"
 done
 cp bench_chunk bench_decode_unit "$stage/bin/"
+# conform_cuda.gpu finds the plugins where a build tree keeps them.
+ln -s ../lib "$stage/bin/.libs"
 # What the device machine lacks: inih, and the CUDA runtime these were linked with.
 for so in libinih.so.1 libcudart.so.13 libsubunit.so.0; do
     path=$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/bin/ssmstate" | awk -v so="$so" '$1 == so { print $3 }')
