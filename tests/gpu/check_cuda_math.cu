@@ -9,6 +9,17 @@
  * ssm_log1pf) because the libraries' differ by a few ulps between glibc and
  * CUDA; the largest distance seen is printed.
  *
+ * Then the decays the GPU's fast gates give (kernels/cuda/prep.cuh with
+ * dims.fast_math, the default: the hardware's exponential and division)
+ * against the exact functions' on the host, for GDN's gate and KDA's two
+ * forms: within 64 * 2^-24 of them, absolute. A decay multiplies the whole
+ * state every token, so an absolute error of a decay near 1 is what moves a
+ * state from the CPU's. The softplus's hardware logarithm, accurate only in
+ * absolute terms near 1, puts the worst decay 30 such units off (H100);
+ * kernels/math.h's log1p there would take it to 3 but cost one-token rounds
+ * 0.2 to 0.4 us, for states that meet the contract either way. So the bound
+ * holds the fast form as it is, and a wrong formula fails it by far.
+ *
  * Prints TAP. Exit status: 0 all passed, 1 a failure, 77 no CUDA device. */
 #include <cuda_runtime.h>
 
@@ -18,6 +29,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "kernels/cuda/prep.cuh"
 #include "kernels/math.h"
 
 namespace {
@@ -94,6 +106,44 @@ __global__ void evaluate_all(const Input *inputs, size_t n, uint32_t *out)
         return;
     for (int fn = 0; fn < FUNCTION_COUNT; fn++)
         out[(size_t)fn * n + i] = evaluate(fn, inputs[i]);
+}
+
+/* The gate forms whose fast decays are checked. */
+enum GateForm { GATE_GDN, GATE_KDA, GATE_KDA_LOWER_BOUND, GATE_FORM_COUNT };
+
+const char *const gate_form_names[GATE_FORM_COUNT] = {
+    "GDN gate", "KDA gate", "KDA gate (lower bound)"};
+
+#define GATE_LOWER_BOUND (-5.0f)
+
+/* Largest distance between a fast decay and the exact one, absolute. */
+#define FAST_DECAY_ALLOWED (64.0 / 16777216.0)
+
+/* The decay e^g of each gate form through the kernels' fast helpers. */
+__global__ void fast_decays(const Input *inputs, size_t n, float *out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    Input in = inputs[i];
+    for (int form = 0; form < GATE_FORM_COUNT; form++) {
+        ssm::dims d = {};
+        d.fast_math = true;
+        d.kda = form != GATE_GDN;
+        d.has_lower_bound = form == GATE_KDA_LOWER_BOUND;
+        d.lower_bound = GATE_LOWER_BOUND;
+        float g = ssm::gate_log_decay_of(d, in.a_log, in.dt_bias, in.x);
+        out[(size_t)form * n + i] = ssm::dev_expf(d, g);
+    }
+}
+
+/* The same decay through kernels/math.h's exact functions, on the host. */
+float exact_decay(int form, Input in)
+{
+    float g = form == GATE_GDN ? ssm_gdn_gate(in.a_log, in.x, in.dt_bias)
+                               : ssm_kda_gate(in.a_log, in.x, in.dt_bias,
+                                              form == GATE_KDA_LOWER_BOUND, GATE_LOWER_BOUND);
+    return ssm_expf(g);
 }
 
 /* Largest host/device distance in fp32 ulps allowed for fn at this input:
@@ -197,10 +247,18 @@ int main()
                             cudaMemcpyDeviceToHost),
                  "cudaMemcpy"))
         return 1;
+    /* d_out holds FUNCTION_COUNT words an input, more than the decays need */
+    std::vector<float> decays((size_t)GATE_FORM_COUNT * n);
+    fast_decays<<<blocks, threads>>>(d_inputs, n, (float *)d_out);
+    if (!cuda_ok(cudaGetLastError(), "launch") ||
+        !cuda_ok(cudaMemcpy(decays.data(), d_out, decays.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost),
+                 "cudaMemcpy"))
+        return 1;
     cudaFree(d_inputs);
     cudaFree(d_out);
 
-    printf("1..%d\n", FUNCTION_COUNT);
+    printf("1..%d\n", FUNCTION_COUNT + GATE_FORM_COUNT);
     int failures = 0;
     for (int fn = 0; fn < FUNCTION_COUNT; fn++) {
         /* The worst input is the one closest to (or furthest past) its bound. */
@@ -230,6 +288,30 @@ int main()
             printf("# at x=%a (a_log=%a dt_bias=%a): host %08x device %08x\n", in.x, in.a_log,
                    in.dt_bias, evaluate(fn, in), device_out[(size_t)fn * n + worst_at]);
         }
+    }
+    for (int form = 0; form < GATE_FORM_COUNT; form++) {
+        double worst = 0;
+        size_t worst_at = 0, nonfinite = 0;
+        for (size_t i = 0; i < n; i++) {
+            float exact = exact_decay(form, inputs[i]), fast = decays[(size_t)form * n + i];
+            if (std::isnan(exact) != std::isnan(fast)) {
+                nonfinite++;
+                continue;
+            }
+            double d = std::isnan(exact) ? 0 : fabs((double)fast - (double)exact);
+            if (d > worst) {
+                worst = d;
+                worst_at = i;
+            }
+        }
+        bool ok = worst <= FAST_DECAY_ALLOWED && nonfinite == 0;
+        failures += !ok;
+        Input in = inputs[worst_at];
+        printf("%s %d - fast %s decay: worst %g x 2^-24 from the exact (allowed %g), at x=%a "
+               "(a_log=%a dt_bias=%a); %zu inputs NaN on one side only\n",
+               ok ? "ok" : "not ok", FUNCTION_COUNT + form + 1, gate_form_names[form],
+               worst * 16777216.0, FAST_DECAY_ALLOWED * 16777216.0, in.x, in.a_log, in.dt_bias,
+               nonfinite);
     }
     return failures ? 1 : 0;
 }
