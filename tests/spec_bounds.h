@@ -79,8 +79,8 @@ const char *spec_bound_text(spec_bound b);
 typedef bound_total spec_total;
 
 /* The limit a total is held to: b.limit, or for a bf16 tensor too small to
- * resolve it, one rounding step of its largest element relative to its
- * norm, whichever is larger (bound_total_limit). */
+ * resolve it, one rounding step each of its two largest elements relative
+ * to its norm, whichever is larger (bound_total_limit). */
 double spec_total_limit(spec_bound b, const spec_total *t);
 
 /* Adds one block of n elements (dtype t) to *total. Returns 1, or 0 with

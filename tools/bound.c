@@ -106,11 +106,24 @@ double bound_total_rel_rms(const bound_total *total)
 
 double bound_total_limit(bound b, const bound_total *total)
 {
-    /* As the relative RMS is computed, so one step is exactly at it. */
-    double floor = total->ref2 > 0.0
-                       ? sqrt(total->bf16_step * total->bf16_step / total->ref2)
-                       : 0.0;
+    /* As the relative RMS is computed, so one step each of the two largest
+       elements is exactly at it. */
+    double steps2 = total->bf16_steps[0] * total->bf16_steps[0] +
+                    total->bf16_steps[1] * total->bf16_steps[1];
+    double floor = total->ref2 > 0.0 ? sqrt(steps2 / total->ref2) : 0.0;
     return floor > b.limit ? floor : b.limit;
+}
+
+/* Adds |value| to the two largest magnitudes top[0] >= top[1]. */
+static void keep_two_largest(double top[2], double value)
+{
+    double v = fabs(value);
+    if (v > top[0]) {
+        top[1] = top[0];
+        top[0] = v;
+    } else if (v > top[1]) {
+        top[1] = v;
+    }
 }
 
 int bound_total_pass(bound b, const bound_total *total)
@@ -122,7 +135,7 @@ int bound_total_pass(bound b, const bound_total *total)
 int64_t bound_accumulate(bound_total *total, const void *got, const void *ref, ssm_dtype t,
                          int64_t n)
 {
-    double diff2 = 0.0, ref2 = 0.0, largest = 0.0;
+    double diff2 = 0.0, ref2 = 0.0, largest[2] = {0.0, 0.0};
     for (int64_t i = 0; i < n; i++) {
         double g = ssm_ref_load(got, t, i), r = ssm_ref_load(ref, t, i);
         if (!isfinite(g) || !isfinite(r)) {
@@ -131,13 +144,14 @@ int64_t bound_accumulate(bound_total *total, const void *got, const void *ref, s
         }
         diff2 += (g - r) * (g - r);
         ref2 += r * r;
-        largest = fabs(r) > largest ? fabs(r) : largest;
+        keep_two_largest(largest, r);
     }
     total->diff2 += diff2;
     total->ref2 += ref2;
     total->elements += n;
-    if (t == SSM_DTYPE_BF16 && bf16_step(largest) > total->bf16_step)
-        total->bf16_step = bf16_step(largest);
+    if (t == SSM_DTYPE_BF16)
+        for (int k = 0; k < 2; k++)
+            keep_two_largest(total->bf16_steps, bf16_step(largest[k]));
     return -1;
 }
 
@@ -150,8 +164,8 @@ bound_result bound_add(bound_total *total, const void *got, const void *ref, ssm
     total->ref2 += block.ref2;
     total->elements += n;
     total->nonfinite |= block.nonfinite;
-    if (block.bf16_step > total->bf16_step)
-        total->bf16_step = block.bf16_step;
+    for (int k = 0; k < 2; k++)
+        keep_two_largest(total->bf16_steps, block.bf16_steps[k]);
     bound_result r = {bound_total_rel_rms(&block), 0, bad < 0};
     if (t == SSM_DTYPE_BF16)
         r.max_ulps = max_bf16_ulps(got, ref, n);

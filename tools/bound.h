@@ -21,13 +21,17 @@
  * after every token accumulates under slowly decaying gates).
  *
  * A bf16 tensor too small to resolve its bound is held to one rounding step
- * of its largest element relative to its norm, ulp(max |ref|) / ||ref||,
- * when that is larger (bound_total_limit): two exact forms may round any
- * one element to neighbouring bf16 values, and in a small tensor one such
- * step of a large element is several times 2e-4 (replay's identity against
- * native, KDA, HV=9, V=16: 6192 outputs bit-identical but one element 3.5
- * times the RMS one step apart, relative RMS 5e-4). At a real model's sizes
- * the step is far below every bound; two steps of the largest element still
+ * each of its two largest elements relative to its norm,
+ * sqrt(ulp(first)^2 + ulp(second)^2) / ||ref||, when that is larger
+ * (bound_total_limit): two exact forms may round any element to
+ * neighbouring bf16 values, and in a small tensor one such step of a large
+ * element is several times 2e-4 (replay's identity against native, KDA,
+ * HV=9, V=16: 6192 outputs bit-identical but one element 3.5 times the RMS
+ * one step apart, relative RMS 5e-4). Two, not one: outputs a few 1e-6
+ * apart in fp32 (CPU against CUDA) put two of a small tensor's largest
+ * elements on neighbouring values often enough that one step failed about
+ * one random case in 300 (docs/numerics.md). At a real model's sizes the
+ * steps are far below every bound; two steps of the largest element still
  * fail (tests/check_numerics.c).
  *
  * NaN never passes, nor an infinity: a value that is not finite on either
@@ -88,7 +92,8 @@ typedef struct bound_total {
     double diff2, ref2;
     int64_t elements;
     int nonfinite;
-    double bf16_step; /* bf16 tensors: one rounding step of the largest |ref| */
+    double bf16_steps[2]; /* bf16 tensors: one rounding step of each of the two
+                             largest |ref|, the larger first */
 } bound_total;
 
 /* Adds n elements of dtype t to *total. Returns -1, or the index of the
@@ -109,8 +114,8 @@ bound_result bound_add(bound_total *total, const void *got, const void *ref, ssm
 double bound_total_rel_rms(const bound_total *total);
 
 /* The limit a total is held to: b.limit, or for a bf16 tensor too small to
- * resolve it, one rounding step of its largest element relative to its
- * norm, whichever is larger. */
+ * resolve it, one rounding step each of its two largest elements relative
+ * to its norm, whichever is larger. */
 double bound_total_limit(bound b, const bound_total *total);
 
 /* 1 when the total's relative RMS is within bound_total_limit (a
