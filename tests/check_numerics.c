@@ -169,7 +169,8 @@ START_TEST(test_bf16_resolution)
             if (x > fabsf(ssm_ref_load(ref, SSM_DTYPE_BF16, top))) {
                 next = top;
                 top = i;
-            } else if (i != top && (next < 0 || x > fabsf(ssm_ref_load(ref, SSM_DTYPE_BF16, next)))) {
+            } else if (i != top &&
+                       (next < 0 || x > fabsf(ssm_ref_load(ref, SSM_DTYPE_BF16, next)))) {
                 next = i;
             }
         }
