@@ -80,6 +80,13 @@ template <class Act> __device__ __forceinline__ typename conv4<Act>::bits load_b
     return *(const typename conv4<Act>::bits *)p;
 }
 
+/* Raw bits back where load_bits found them: a move, no rounding. */
+template <class Act>
+__device__ __forceinline__ void store_bits(Act *p, typename conv4<Act>::bits x)
+{
+    *(typename conv4<Act>::bits *)p = x;
+}
+
 /* v as an element of type E holds it (identity for fp32). */
 __device__ __forceinline__ float round_to(const float *, float v) { return v; }
 __device__ __forceinline__ float round_to(const bf16 *, float v) { return ssm_bf16_round(v); }

@@ -181,7 +181,8 @@ template <int K, bool KDA, class Act, bool EXACT>
 __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs &in,
                                           const step_place &p, const step_early<Act> &early,
                                           step_token<K, KDA> *tok, float *v,
-                                          float (&window)[4][4], int32_t &channel)
+                                          typename conv4<Act>::bits (&window)[4],
+                                          int32_t &channel)
 {
     typedef typename conv4<Act>::bits bits;
     const dims &d = a.d;
@@ -226,23 +227,30 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
         }
         conv_taps<4> taps;
         conv_taps_load(d, in.conv_weight, in.conv_bias, c, live, taps);
-        float win[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            widen4(raw[i], win[i]);
         for (int32_t t = 0; t < T; t++) {
-            float now[4], value[4];
-            widen4(next, now);
+            const bits now_bits = next;
+            float win[4][4], now[4], value[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                widen4(raw[i], win[i]);
+            widen4(now_bits, now);
             if (live && t + 1 < T)
                 next = load_bits(x + (int64_t)(t + 1) * d.D + c);
 #pragma unroll
             for (int ch = 0; ch < 4; ch++)
                 finite = finite && isfinite(now[ch]);
             float squares = conv_token<4, Act, EXACT>(d, taps, win, now, value);
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* the window's bits advance as conv_token's floats */
+                if (i < keep - 1)
+                    raw[i] = raw[i + 1 < 4 ? i + 1 : i];
+                else if (i == keep - 1)
+                    raw[i] = now_bits;
+            }
             if (pass0)
                 squares = head_squares(live && is_qk ? squares : 0.0f, K);
             if (in.stage && writer)
-                store4(buffer + (int64_t)(keep + t) * d.D + c, now);
+                store_bits(buffer + (int64_t)(keep + t) * d.D + c, now_bits);
             if (!live)
                 continue;
             uint8_t *record = records ? records + (int64_t)t * lay.bytes : (uint8_t *)0;
@@ -261,16 +269,14 @@ __device__ __forceinline__ bool step_conv(const tile_args &a, const step_inputs 
         if (is_qk) {
 #pragma unroll
             for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int ch = 0; ch < 4; ch++)
-                    window[i][ch] = win[i][ch];
+                window[i] = raw[i];
             channel = c;
             holds_qk = true;
         } else {
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 if (i < keep)
-                    store4(buffer + (int64_t)i * d.D + c, win[i]);
+                    store_bits(buffer + (int64_t)i * d.D + c, raw[i]);
         }
     }
     if (!finite)
@@ -347,8 +353,8 @@ __device__ __forceinline__ void step_records_v(const tile_args &a, const step_in
 
 /* A decode's q and k window as the block's q/k threads hold it (the
  * window advanced, step_conv) and the block's place in the arrival count. */
-struct step_window_regs {
-    float window[4][4];
+template <class Act> struct step_window_regs {
+    typename conv4<Act>::bits window[4]; /* raw bits, as read: written back without rounding */
     int32_t channel;
     bool holds_qk;
     int32_t arrived; /* thread 0: the count its block's arrival brought */
@@ -361,8 +367,9 @@ struct step_window_regs {
  * round trip. The add releases those reads (the barrier orders them before
  * it) and acquires every earlier block's, so the block that brings the
  * count to the total writes after all of them without a fence of its own. */
+template <class Act>
 __device__ __forceinline__ void step_window_arrive(const tile_args &a, const step_inputs &in,
-                                                   const step_place &p, step_window_regs &w)
+                                                   const step_place &p, step_window_regs<Act> &w)
 {
     if (threadIdx.x != 0)
         return;
@@ -379,7 +386,8 @@ __device__ __forceinline__ void step_window_arrive(const tile_args &a, const ste
  * first K / 2 threads) meet, on a named barrier. */
 template <class Act>
 __device__ __forceinline__ void step_window_write(const tile_args &a, const step_inputs &in,
-                                                  const step_place &p, const step_window_regs &w)
+                                                  const step_place &p,
+                                                  const step_window_regs<Act> &w)
 {
     __shared__ int32_t last_arrival;
     const int32_t qk_threads = (a.d.K / 2 + 31) / 32 * 32;
@@ -397,7 +405,7 @@ __device__ __forceinline__ void step_window_write(const tile_args &a, const step
 #pragma unroll
     for (int i = 0; i < 4; i++)
         if (i < a.d.W - 1)
-            store4(buffer + (int64_t)i * a.d.D, w.window[i]);
+            store_bits(buffer + (int64_t)i * a.d.D, w.window[i]);
 }
 
 /* Where the block is (p), from its indexes alone: grid (blocks a head,
@@ -441,7 +449,7 @@ template <int E, bool KDA, class Act>
 __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inputs &in,
                                               const step_place &p, const step_early<Act> &early,
                                               step_token<8 * E, KDA> *tok, float *v,
-                                              step_window_regs &w)
+                                              step_window_regs<Act> &w)
 {
     constexpr int K = 8 * E;
     w.channel = 0;
@@ -609,7 +617,7 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
     float *pv = v + (int64_t)a.tokens * rows;
     if (first_code)
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
-    step_window_regs w;
+    step_window_regs<Act> w;
     step_prologue<E, KDA, Act>(a, in, p, early, tok, v, w);
     if (in.records) /* after the barrier: the pending rows of v were read */
         step_records_v<Act>(a, in, p, v);
