@@ -459,11 +459,14 @@ __host__ __device__ inline int32_t prep_group_tokens(const prep_args &a)
 }
 
 /* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),
- * SSM_PREP_THREADS threads; WIDTH >= the conv width. Three blocks an SM
- * leave a thread 80 registers: at four (64) the width-4 kernel spilled
- * 320 bytes, and replay's decode, which waits on it, ran 3% (B = 256) to
- * 10% (B = 1) slower on an H100. */
-template <int WIDTH, class Act>
+ * SSM_PREP_THREADS threads; WIDTH >= the conv width, and EXACT: the width is
+ * WIDTH (conv_width). The exact kernel holds no code for other widths, so
+ * ptxas allocates its registers alone: with the runtime-width path beside
+ * it the width-4 kernel spilled 92 bytes and kept a 40-byte stack, alone it
+ * keeps neither. Three blocks an SM leave a thread 80 registers: at four
+ * (64) the width-4 kernel spilled 320 bytes, and replay's decode, which
+ * waits on it, ran 3% (B = 256) to 10% (B = 1) slower on an H100. */
+template <int WIDTH, class Act, bool EXACT>
 __global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
 {
     griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
@@ -486,15 +489,8 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
         return;
     int32_t end = n - first < a.group_tokens ? n : first + a.group_tokens;
     record_place place = place_of(a, slot, a.records_by_row ? r : slot);
-    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D) {
-        bool exact = false;
-        if constexpr (WIDTH == 4)
-            exact = a.d.W == 4;
-        if (exact)
-            prep_conv<4, Act, true>(a, slot, r, first, end, n, e, place);
-        else
-            prep_conv<WIDTH, Act, false>(a, slot, r, first, end, n, e, place);
-    }
+    if ((int64_t)blockIdx.x * blockDim.x * 4 < a.d.D)
+        prep_conv<WIDTH, Act, EXACT>(a, slot, r, first, end, n, e, place);
     if (e < a.d.GW)
         prep_gate<Act>(a, slot, r, first, end, e, place);
     if (e < a.d.HV)

@@ -382,8 +382,11 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, groups);
     cudaStream_t st = (cudaStream_t)stream;
     by_width_and_act(g, [&](auto width, auto act) {
-        prep_kernel<decltype(width)::value, decltype(act)>
-            <<<grid, SSM_PREP_THREADS, 0, st>>>(grouped);
+        constexpr int W = decltype(width)::value;
+        if (W == 4 && g.d.W == 4)
+            prep_kernel<4, decltype(act), true><<<grid, SSM_PREP_THREADS, 0, st>>>(grouped);
+        else
+            prep_kernel<W, decltype(act), false><<<grid, SSM_PREP_THREADS, 0, st>>>(grouped);
     });
     return launch_status(s, "conv and gates kernel");
 }
