@@ -445,7 +445,7 @@ __device__ __forceinline__ bool step_place_slot(const tile_args &a, step_place &
 /* What a block does before its tiles: the T tokens and its value rows of
  * v into shared memory (tok, v), the inputs staged (verify) or the window
  * advanced (decode: v's rows now, q and k's in w for step_window_write). */
-template <int E, bool KDA, class Act>
+template <int E, bool KDA, class Act, bool EXACT>
 __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inputs &in,
                                               const step_place &p, const step_early<Act> &early,
                                               step_token<8 * E, KDA> *tok, float *v,
@@ -453,10 +453,7 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
 {
     constexpr int K = 8 * E;
     w.channel = 0;
-    w.holds_qk = a.d.W == 4 ? step_conv<K, KDA, Act, true>(a, in, p, early, tok, v, w.window,
-                                                           w.channel)
-                            : step_conv<K, KDA, Act, false>(a, in, p, early, tok, v, w.window,
-                                                            w.channel);
+    w.holds_qk = step_conv<K, KDA, Act, EXACT>(a, in, p, early, tok, v, w.window, w.channel);
     step_gates<K, KDA, Act>(a, in, p, early, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
@@ -577,13 +574,16 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
  * of dynamic shared memory, P = max_tokens where a commit can be pending
  * (PENDING: a.pending.codes is set), else 0; without PENDING the kernel
  * has no code for it at all. a.tokens tokens a row, no history; the conv
- * width is at most 4. Decode: a.store STORE_FINAL and in.stage false;
+ * width is at most 4, and EXACT: it is 4 (conv_width; the kernel of the exact
+ * width holds no code for the others, so ptxas allocates its registers
+ * alone: beside the runtime-width path it kept a 96-byte stack). Decode:
+ * a.store STORE_FINAL and in.stage false;
  * native verify: STORE_EACH; compact verify: STORE_NONE with records, after
  * the pending commit (staged with the step's tokens, applied to each tile
  * and stored before the tile's own tokens).
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
-template <int E, bool KDA, class State, class Act, bool PENDING>
+template <int E, bool KDA, class State, class Act, bool PENDING, bool EXACT>
 __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, step_inputs in)
 {
     constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
@@ -618,7 +618,7 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
     if (first_code)
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
     step_window_regs<Act> w;
-    step_prologue<E, KDA, Act>(a, in, p, early, tok, v, w);
+    step_prologue<E, KDA, Act, EXACT>(a, in, p, early, tok, v, w);
     if (in.records) /* after the barrier: the pending rows of v were read */
         step_records_v<Act>(a, in, p, v);
     if (first_code) /* every thread read it before the prologue's barrier */

@@ -787,9 +787,10 @@ inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 
      * tokens, and where a commit can be pending its records. */
     int32_t tokens = a.tokens + (PENDING ? a.max_tokens : 0);
     size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
-    cudaFuncSetAttribute(step_kernel<E, KDA, State, Act, PENDING>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    step_kernel<E, KDA, State, Act, PENDING><<<grid, SSM_STEP_THREADS, shared, st>>>(a, in);
+    auto kernel = a.d.W == 4 ? step_kernel<E, KDA, State, Act, PENDING, true>
+                             : step_kernel<E, KDA, State, Act, PENDING, false>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    kernel<<<grid, SSM_STEP_THREADS, shared, st>>>(a, in);
 }
 
 template <int E, bool KDA, class State, class Act>
