@@ -576,16 +576,19 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
  * has no code for it at all. a.tokens tokens a row, no history; the conv
  * width is at most 4, and EXACT: it is 4 (conv_width; the kernel of the exact
  * width holds no code for the others, so ptxas allocates its registers
- * alone: beside the runtime-width path it kept a 96-byte stack). Decode:
+ * alone: beside the runtime-width path it kept a 96-byte stack), and FAST:
+ * a.d.fast_math, fixed at compile time so that the kernel holds only the
+ * gates' functions it runs. Decode:
  * a.store STORE_FINAL and in.stage false;
  * native verify: STORE_EACH; compact verify: STORE_NONE with records, after
  * the pending commit (staged with the step's tokens, applied to each tile
  * and stored before the tile's own tokens).
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
-template <int E, bool KDA, class State, class Act, bool PENDING, bool EXACT>
+template <int E, bool KDA, class State, class Act, bool PENDING, bool EXACT, bool FAST>
 __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, step_inputs in)
 {
+    a.d.fast_math = FAST; /* the launch chose FAST from it: now a constant */
     constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
     __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
     extern __shared__ __align__(16) uint8_t step_shared[];

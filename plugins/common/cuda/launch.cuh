@@ -787,8 +787,12 @@ inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 
      * tokens, and where a commit can be pending its records. */
     int32_t tokens = a.tokens + (PENDING ? a.max_tokens : 0);
     size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
-    auto kernel = a.d.W == 4 ? step_kernel<E, KDA, State, Act, PENDING, true>
-                             : step_kernel<E, KDA, State, Act, PENDING, false>;
+    void (*kernel)(tile_args, step_inputs) = step_kernel<E, KDA, State, Act, PENDING, false, false>;
+    if (a.d.W == 4)
+        kernel = a.d.fast_math ? step_kernel<E, KDA, State, Act, PENDING, true, true>
+                               : step_kernel<E, KDA, State, Act, PENDING, true, false>;
+    else if (a.d.fast_math)
+        kernel = step_kernel<E, KDA, State, Act, PENDING, false, true>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     kernel<<<grid, SSM_STEP_THREADS, shared, st>>>(a, in);
 }
