@@ -330,8 +330,12 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
     const bool live = c < d.D;
     Act *buffer = (Act *)a.conv + ((int64_t)slot * a.layers + a.layer) * a.conv_rows * d.D;
     const Act *x = (const Act *)a.x;
-    /* Window slot i holds the input at position first - keep + i of the
-       piece: the buffer's row for a position before it, else x's token. */
+    /* Window slot i holds the raw bits of the input at position
+       first - keep + i of the piece: the buffer's row for a position before
+       it, else x's token. The window is kept as the bits it was read as and
+       widened for each token's conv, so writing it back (or staging a
+       verify's inputs) is a move of those bits, as the reference's memcpy
+       is, not a rounding of floats. */
     bits raw[WIDTH], next = {};
 #pragma unroll
     for (int i = 0; i < WIDTH; i++) {
@@ -345,23 +349,30 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
         next = load_bits(x + input_token(a, r, first) * d.D + c);
     conv_taps<WIDTH> taps;
     conv_taps_load(d, a.conv_weight, a.conv_bias, c, live, taps);
-    float window[WIDTH][4];
-#pragma unroll
-    for (int i = 0; i < WIDTH; i++)
-        widen4(raw[i], window[i]);
     const bool normalized = c < 2 * qk; /* q and k */
     bool finite = true;
     for (int32_t t = first; t < end; t++) {
-        float in[4], value[4];
-        widen4(next, in);
+        const bits now = next;
+        float window[WIDTH][4], in[4], value[4];
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++)
+            widen4(raw[i], window[i]);
+        widen4(now, in);
         if (live && t + 1 < end)
             next = load_bits(x + input_token(a, r, t + 1) * d.D + c);
 #pragma unroll
         for (int ch = 0; ch < 4; ch++)
             finite = finite && isfinite(in[ch]);
         float squares = conv_token<WIDTH, Act, EXACT>(d, taps, window, in, value);
+#pragma unroll
+        for (int i = 0; i < WIDTH; i++) {
+            if (i < keep - 1)
+                raw[i] = raw[i + 1 < WIDTH ? i + 1 : i];
+            else if (i == keep - 1)
+                raw[i] = now;
+        }
         if (live && a.stage)
-            store4(buffer + (int64_t)(keep + t) * d.D + c, in);
+            store_bits(buffer + (int64_t)(keep + t) * d.D + c, now);
         squares = head_squares(live && normalized ? squares : 0.0f, d.K);
         if (!live)
             continue;
@@ -381,18 +392,18 @@ __device__ void prep_conv(const prep_args &a, int32_t slot, int32_t r, int32_t f
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
-    /* The first group advances the window: its registers when it did the
-       row's last token, else the row's last keep inputs (end < n means
+    /* The first group advances the window: its bits when it did the row's
+       last token, else the row's last keep inputs (end < n means
        n > group_tokens >= keep, so they all lie in x). */
     if (live && !a.stage && n > 0 && first == 0) {
 #pragma unroll
         for (int i = 0; i < WIDTH; i++)
             if (i < keep && end < n)
-                load4(x + input_token(a, r, n - keep + i) * d.D + c, window[i]);
+                raw[i] = load_bits(x + input_token(a, r, n - keep + i) * d.D + c);
 #pragma unroll
         for (int i = 0; i < WIDTH; i++)
             if (i < keep)
-                store4(buffer + (int64_t)i * d.D + c, window[i]);
+                store_bits(buffer + (int64_t)i * d.D + c, raw[i]);
     }
 }
 
