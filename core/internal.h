@@ -32,7 +32,10 @@ const char *ssm_config_where(const ssm_config *config, int32_t line, char *buf, 
 /* Index of the mode section called `name`, or -1. */
 int32_t ssm_config_find_section(const ssm_config *config, const char *name);
 
-/* CRC32C (Castagnoli) of `bytes` bytes: the state page's checksum (core/pages/page.c). */
+/* CRC32C (Castagnoli) of `bytes` bytes: the state page's checksum (core/pages/page.c),
+ * with the processor's instruction where it has one. */
 uint32_t ssm_crc32c(const void *data, size_t bytes);
+/* The same with the tables alone, whatever the processor (the tests hold both forms). */
+uint32_t ssm_crc32c_portable(const void *data, size_t bytes);
 
 #endif

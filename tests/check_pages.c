@@ -161,7 +161,7 @@ START_TEST(crc32c_pieces_combine)
         data[i] = (unsigned char)test_rng_next(&r);
     for (int trial = 0; trial < 200; trial++) {
         size_t n = (size_t)test_rng_int(&r, 0, N);
-        uint32_t want = ssm_crc32c(data, n);
+        uint32_t want = ssm_crc32c_bitwise(data, n);
         size_t whole = n / 8 * 8;
         uint32_t c = ssm_crc32c_slice8((const uint32_t(*)[256])tables, SSM_CRC32C_PRESET, words,
                                        whole / 8);
@@ -183,6 +183,36 @@ START_TEST(crc32c_pieces_combine)
     uint64_t big = 3ull << 33, part = 5ull << 31;
     ck_assert_uint_eq(ssm_crc32c_shift(big + part),
                       ssm_crc32c_multiply(ssm_crc32c_shift(big), ssm_crc32c_shift(part)));
+}
+END_TEST
+
+/* The host's checksum, in both its forms (the processor's crc32 where it has
+ * one, and the tables), equals the bit-by-bit CRC at every start offset and
+ * length: the head up to an 8-byte boundary, no whole word, a long middle. */
+START_TEST(crc32c_host_any_alignment)
+{
+    test_rng r;
+    test_rng_init(&r, test_seed() + 301);
+    enum { N = 1 << 16 };
+    unsigned char *data = malloc(N + 8);
+    ck_assert_ptr_nonnull(data);
+    for (int i = 0; i < N + 8; i++)
+        data[i] = (unsigned char)test_rng_next(&r);
+    for (int offset = 0; offset < 8; offset++)
+        for (size_t n = 0; n <= 40; n++) {
+            uint32_t want = ssm_crc32c_bitwise(data + offset, n);
+            ck_assert_uint_eq(ssm_crc32c(data + offset, n), want);
+            ck_assert_uint_eq(ssm_crc32c_portable(data + offset, n), want);
+        }
+    for (int trial = 0; trial < 20; trial++) {
+        int offset = test_rng_int(&r, 0, 7);
+        size_t n = (size_t)test_rng_int(&r, 0, N);
+        uint32_t want = ssm_crc32c_bitwise(data + offset, n);
+        ck_assert_msg(ssm_crc32c(data + offset, n) == want, "offset %d, %zu bytes", offset, n);
+        ck_assert_msg(ssm_crc32c_portable(data + offset, n) == want, "tables: offset %d, %zu bytes",
+                      offset, n);
+    }
+    free(data);
 }
 END_TEST
 
@@ -535,6 +565,7 @@ Suite *make_suite(void)
     TCase *tc = tcase_create("format");
     tcase_add_test(tc, crc32c_known_answer);
     tcase_add_test(tc, crc32c_pieces_combine);
+    tcase_add_test(tc, crc32c_host_any_alignment);
     tcase_add_test(tc, bad_calls);
     suite_add_tcase(s, tc);
 

@@ -35,9 +35,12 @@
  * QK U, U^T Kd) are one bf16 mma.m16n8k16 each (mma_tf32.cuh's mma_bf16:
  * operands rounded to bf16, fp32 accumulation), as fla's kernels take
  * theirs: within the contract's 5e-3 of fp64 for this form, not the 1e-5 of
- * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 and the products with
- * the state (W S^T, (e^G q) S^T) stay 3xTF32, and so does every product of
- * a chunk of fewer than SSM_TC_BF16_MIN_TOKENS tokens: a prompt's last few
+ * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 stays 3xTF32. The
+ * products with the state (W S^T, (e^G q) S^T) take the state as a bf16
+ * pair (hi and lo, two products), split once a chunk from the fp32 tile
+ * that the updating warps keep in registers. Every other product of a
+ * chunk of fewer than SSM_TC_BF16_MIN_TOKENS tokens stays 3xTF32 (and its
+ * W and e^G q are split in two bf16 too): a prompt's last few
  * tokens have outputs made of a handful of dot products each, and with
  * bf16 operands one that cancels left a one-token KDA prompt 5.3e-3 from
  * fp64 (a whole prefill's chunks average such errors away; a short one's
@@ -110,12 +113,14 @@ __host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t
     return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC + scratch;
 }
 
-/* The state tile of R value rows, W, Qg, Kd, Uv, U, o, QK and the decay. */
+/* The state tile of R value rows (fp32, or with bf16 products its bf16
+ * pair: two arrays of R rows of K + 8 elements), W, Qg, Kd, Uv, U, o, QK
+ * and the decay. */
 __host__ __device__ inline size_t chunk_scan_shared_floats(int32_t K, int32_t R)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS),
            LR = tc_pad_rows(R);
-    return R * LK + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
+    return R * tc_pad_rows(K) + 2 * C * LK + C * tc_pad_rows(K) + 3 * C * LR + C * LC + K;
 }
 
 /* e^x for the decay factors of the tensor-core prepare: the special-function
@@ -498,7 +503,12 @@ __global__ void __launch_bounds__(8 * R, 1)
         return;
     /* with token_offsets a row may go on past this call's chunks */
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
-    float *S = shared, *W = S + R * LK, *Qg = W + C * LK, *Kd = Qg + C * LK;
+    float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;
+    /* With bf16 products the state tile lives in the registers of the warps
+       that update it (st0, st1 below) and shared memory holds its bf16 pair,
+       the operand of the products with the state, written once a chunk. */
+    const int32_t LS = K + 8;
+    uint16_t *S_hi = (uint16_t *)S, *S_lo = S_hi + R * LS;
     float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
     float *decay = QK + C * LC;
     const tc_record L = tc_record_layout(K, V);
@@ -543,13 +553,44 @@ __global__ void __launch_bounds__(8 * R, 1)
     };
     stage(0, 0);
     stage(0, 1);
-    for (int32_t e = tid; e < R * K; e += THREADS) {
-        int32_t v = e / K, x = e % K;
-        S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
-    }
     /* Warp (I, J) owns tile (I, J) of U and o (C x R), and in the state
-     * update the pairs of row tiles (32 rows) listed by `unit` below. */
+     * update the pairs of row tiles (32 rows) listed by `unit` below; with
+     * bf16 products there is at most one unit a warp (K / 16 * R / 32 <=
+     * 8 * R / 32 warps), its two tiles held in st0 and st1 across chunks. */
     const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
+    const int32_t units = (K / B) * (R / 32);
+    tc::tile st0, st1;
+    auto store_state_pair = [&](int32_t unit) {
+        const int32_t n16 = unit % (K / B), v0 = unit / (K / B) * 2 * B;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int32_t v = v0 + tc::tile_row(i), x = tc::pair_position(n16 * B + tc::tile_col(h, i));
+                tc::store_pair(S_hi, S_lo, v * LS + x, st0.x[h][i]);
+                tc::store_pair(S_hi, S_lo, (v + B) * LS + x, st1.x[h][i]);
+            }
+    };
+    if constexpr (BF) {
+        if (warp < units) {
+            const int32_t n16 = warp % (K / B), v0 = warp / (K / B) * 2 * B;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(h, i);
+                    st0.x[h][i] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
+                    st1.x[h][i] =
+                        v + B < live_rows ? load(state + (int64_t)(e0 + v + B) * K + x) : 0.0f;
+                }
+            store_state_pair(warp);
+        }
+    } else {
+        for (int32_t e = tid; e < R * K; e += THREADS) {
+            int32_t v = e / K, x = e % K;
+            S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
+        }
+    }
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
         const bool bf16 = BF && c >= SSM_TC_BF16_MIN_TOKENS; /* this chunk's products */
@@ -559,9 +600,60 @@ __global__ void __launch_bounds__(8 * R, 1)
         tc::tile pu, po;
         tc::zero(pu);
         tc::zero(po);
-        /* The products with the state stay 3xTF32 in either form: an output
-           is mostly (e^G q) S^T, and a state rounded to bf16 there put
-           single-token KDA prompts past 5e-3 from fp64. */
+        /* The products with the state: with bf16 products, on its bf16 pair
+           (hi and lo, two products; a state rounded to bf16 alone put
+           single-token KDA prompts past 5e-3 from fp64, as an output is
+           mostly (e^G q) S^T), against W and e^G q in bf16, or in a chunk
+           of few tokens split in two bf16 too (three products); else
+           3xTF32. */
+        if constexpr (BF) {
+            const uint16_t *sh = S_hi + J * B * LS, *sl = S_lo + J * B * LS;
+            const float *wp = W + I * B * LK, *qp = Qg + I * B * LK;
+            if (bf16) {
+#pragma unroll 2
+                for (int32_t d = 0; d < K; d += 16) {
+                    tc::frag s_hi, s_lo, w0, w1, q0, q1;
+                    uint32_t w[4], q[4];
+                    tc::load_b_cols_pair(s_hi, sh + d, LS);
+                    tc::load_b_cols_pair(s_lo, sl + d, LS);
+                    tc::load_a_rows(w0, wp + d, LK);
+                    tc::load_a_rows(w1, wp + d + 8, LK);
+                    tc::load_a_rows(q0, qp + d, LK);
+                    tc::load_a_rows(q1, qp + d + 8, LK);
+                    tc::pack_a_bf16(w, w0, w1);
+                    tc::pack_a_bf16(q, q0, q1);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        tc::mma16(pu.x[h], w, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
+                        tc::mma16(pu.x[h], w, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                        tc::mma16(po.x[h], q, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
+                        tc::mma16(po.x[h], q, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                    }
+                }
+            } else {
+                for (int32_t d = 0; d < K; d += 16) {
+                    tc::frag s_hi, s_lo, w0, w1, q0, q1;
+                    uint32_t w_hi[4], w_lo[4], q_hi[4], q_lo[4];
+                    tc::load_b_cols_pair(s_hi, sh + d, LS);
+                    tc::load_b_cols_pair(s_lo, sl + d, LS);
+                    tc::load_a_rows(w0, wp + d, LK);
+                    tc::load_a_rows(w1, wp + d + 8, LK);
+                    tc::load_a_rows(q0, qp + d, LK);
+                    tc::load_a_rows(q1, qp + d + 8, LK);
+                    tc::pack_a_bf16_split(w_hi, w_lo, w0, w1);
+                    tc::pack_a_bf16_split(q_hi, q_lo, q0, q1);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        tc::mma16(pu.x[h], w_lo, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                        tc::mma16(pu.x[h], w_hi, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
+                        tc::mma16(pu.x[h], w_hi, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                        tc::mma16(po.x[h], q_lo, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                        tc::mma16(po.x[h], q_hi, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
+                        tc::mma16(po.x[h], q_hi, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
+                    }
+                }
+            }
+        } else {
 #pragma unroll 4
         for (int32_t d = 0; d < K; d += 8) {
             tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
@@ -573,6 +665,7 @@ __global__ void __launch_bounds__(8 * R, 1)
             tc::split(q_hi, q_lo, q);
             tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
             tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
+        }
         }
         {
             tc::tile u;
@@ -605,12 +698,17 @@ __global__ void __launch_bounds__(8 * R, 1)
         }
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
            (nothing else reads them until the next barrier) */
-        for (int32_t unit = warp; unit < (K / B) * (R / 32); unit += WARPS) {
+        for (int32_t unit = warp; unit < units; unit += WARPS) {
             const int32_t n16 = unit % (K / B), pair = unit / (K / B);
             float *col = S + pair * 2 * B * LK + n16 * B;
             tc::tile s0, s1;
-            tc::load(s0, col, LK);
-            tc::load(s1, col + B * LK, LK);
+            if constexpr (BF) {
+                s0 = st0;
+                s1 = st1;
+            } else {
+                tc::load(s0, col, LK);
+                tc::load(s1, col + B * LK, LK);
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -653,16 +751,38 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
                     s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
                 }
-            tc::store(col, LK, s0);
-            tc::store(col + B * LK, LK, s1);
+            if constexpr (BF) {
+                st0 = s0;
+                st1 = s1;
+                store_state_pair(unit);
+            } else {
+                tc::store(col, LK, s0);
+                tc::store(col + B * LK, LK, s1);
+            }
         }
         __syncthreads(); /* QK, Kd and U are free */
         stage(j + 1, 1);
     }
     copy_async_wait<0>();
-    for (int32_t e = tid; e < live_rows * K; e += THREADS) {
-        int32_t v = e / K, x = e % K;
-        store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
+    if constexpr (BF) {
+        if (warp < units) {
+            const int32_t n16 = warp % (K / B), v0 = warp / (K / B) * 2 * B;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(h, i);
+                    if (v < live_rows)
+                        store(state + (int64_t)(e0 + v) * K + x, st0.x[h][i]);
+                    if (v + B < live_rows)
+                        store(state + (int64_t)(e0 + v + B) * K + x, st1.x[h][i]);
+                }
+        }
+    } else {
+        for (int32_t e = tid; e < live_rows * K; e += THREADS) {
+            int32_t v = e / K, x = e % K;
+            store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
+        }
     }
 }
 

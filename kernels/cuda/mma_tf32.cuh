@@ -153,26 +153,88 @@ __device__ __forceinline__ uint32_t pack_bf16(uint32_t lo, uint32_t hi)
     return d;
 }
 
+/* The A operand of one bf16 product m16n8k16 from two TF32 k-steps' A
+ * fragments (a0 of k-step d, a1 of d + 8), each value rounded to bf16. A
+ * thread holds k = t, t + 4, 8 + t and 12 + t (the TF32 fragments'
+ * mapping); packed in that order they are what mma's bf16 layout calls
+ * k = 2t, 2t + 1, 2t + 8 and 2t + 9. A B operand packed the same way (or
+ * stored in pair_position's order) sums the same 16 terms. */
+__device__ __forceinline__ void pack_a_bf16(uint32_t (&a)[4], const frag &a0, const frag &a1)
+{
+    a[0] = pack_bf16(a0.x[0], a0.x[2]);
+    a[1] = pack_bf16(a0.x[1], a0.x[3]);
+    a[2] = pack_bf16(a1.x[0], a1.x[2]);
+    a[3] = pack_bf16(a1.x[1], a1.x[3]);
+}
+
+/* The low bf16 of a pair as fp32 (exact). */
+__device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+
+/* pack_a_bf16 with each value split in two bf16, hi rounded to nearest and
+ * lo the rest rounded: hi + lo within about 2^-16 relative of the value. */
+__device__ __forceinline__ void pack_a_bf16_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
+                                                  const frag &a0, const frag &a1)
+{
+    pack_a_bf16(hi, a0, a1);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const frag &f = i < 2 ? a0 : a1;
+        float x = __uint_as_float(f.x[i & 1]), y = __uint_as_float(f.x[(i & 1) + 2]);
+        lo[i] = pack_bf16(__float_as_uint(x - bf16_low(hi[i])), __float_as_uint(y - bf16_high(hi[i])));
+    }
+}
+
+/* c (16 x 8, half h of a tile) += a b, one bf16 mma.m16n8k16 on packed
+ * operands: b0 holds k = 2t, 2t + 1 and b1 k = 2t + 8, 2t + 9 of column g. */
+__device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* c += a b over two k-steps, a0 and b0 the fragments of k-step d, a1 and
  * b1 those of d + 8, as one bf16 product m16n8k16 (operands rounded to
- * bf16, fp32 accumulation). A thread holds k = t, t + 4, 8 + t and 12 + t
- * of both operands (the TF32 fragments' mapping); packed in that order
- * they are what mma's bf16 layout calls k = 2t, 2t + 1, 2t + 8 and
- * 2t + 9, for A and B alike, so the product sums the same 16 terms. */
+ * bf16, fp32 accumulation; pack_a_bf16's order for both). */
 __device__ __forceinline__ void mma_bf16(tile &c, const frag &a0, const frag &a1, const frag &b0,
                                          const frag &b1)
 {
-    const uint32_t a[4] = {pack_bf16(a0.x[0], a0.x[2]), pack_bf16(a0.x[1], a0.x[3]),
-                           pack_bf16(a1.x[0], a1.x[2]), pack_bf16(a1.x[1], a1.x[3])};
+    uint32_t a[4];
+    pack_a_bf16(a, a0, a1);
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const uint32_t b0h = pack_bf16(b0.x[2 * h], b0.x[2 * h + 1]);
-        const uint32_t b1h = pack_bf16(b1.x[2 * h], b1.x[2 * h + 1]);
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+f"(c.x[h][0]), "+f"(c.x[h][1]), "+f"(c.x[h][2]), "+f"(c.x[h][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0h), "r"(b1h));
-    }
+    for (int h = 0; h < 2; h++)
+        mma16(c.x[h], a, pack_bf16(b0.x[2 * h], b0.x[2 * h + 1]),
+              pack_bf16(b1.x[2 * h], b1.x[2 * h + 1]));
+}
+
+/* A state tile as a bf16 pair in shared memory (hi and lo in two arrays of
+ * 16-bit elements, rows [n][k'] of K + 8 elements for K of 32, 64 or 128:
+ * 16-byte aligned, and ldmatrix's eight rows fall on distinct banks): a B
+ * operand by columns whose 16-channel groups are stored in pack_a_bf16's k
+ * order, k at pair_position(k). */
+__device__ __forceinline__ int32_t pair_position(int32_t k)
+{
+    return (k & ~7) + 2 * (k & 3) + ((k >> 2) & 1);
+}
+
+/* x as hi + lo (pack_a_bf16_split's split) at element i of both arrays. A
+ * finite x past bf16's largest value (|x| > 3.39e38) takes an infinite hi
+ * and leaves NaN in the products, as a non-finite x does. */
+__device__ __forceinline__ void store_pair(uint16_t *hi, uint16_t *lo, int32_t i, float x)
+{
+    uint32_t h = pack_bf16(__float_as_uint(x), 0) & 0xffffu;
+    hi[i] = (uint16_t)h;
+    lo[i] = (uint16_t)(pack_bf16(__float_as_uint(x - bf16_low(h)), 0) & 0xffffu);
+}
+
+/* B [16][16] of a pair array at p (n = 0, k' = 0; stride ld elements): one
+ * ldmatrix; f.x[2h] and f.x[2h + 1] are half h's b0 and b1 for mma16. */
+__device__ __forceinline__ void load_b_cols_pair(frag &f, const uint16_t *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4(f, (const float *)(p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
 }
 
 /* The layouts of the two operands of a product (see the top of the file). */
