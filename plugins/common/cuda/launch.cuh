@@ -25,7 +25,6 @@ namespace ssm {
 /* When decode and verify run in one launch (step_in_one_launch). */
 enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
 #define ONE_LAUNCH_DECODE_ROWS 8
-#define ONE_LAUNCH_DECODE_HEADS 2048 /* rows x value heads */
 
 /* What every mode keeps on the GPU besides its states. */
 struct gpu_common {
@@ -752,12 +751,12 @@ inline bool step_whole_heads(const gpu_common &g, int32_t rows)
  * says otherwise. By default every verify does (an MTP round at B = 256
  * took 12% less time for GDN and 20% less for KDA on an H100); so does a
  * decode of at most ONE_LAUNCH_DECODE_ROWS rows (B = 1: 7.1 against
- * 8.7 us), and one whose blocks run whole heads: up to
- * ONE_LAUNCH_DECODE_HEADS heads for GDN (B = 64 of 32 heads: 110.1 against
- * 112.5 us; past it the prologue launch wins, B = 256: 416.5 against
- * 409.8 us), at any batch for KDA, whose per-channel decays the
- * prologue would write and the recurrence read back, K floats a head
- * (B = 256: 427.8 against 446.1 us).
+ * 8.7 us), and one whose blocks run whole heads, at any batch: since the
+ * step kernel is compiled for its exact conv width and gates, GDN's decode
+ * at B = 256 takes 381.8 us in one launch against 400.1 behind the
+ * prologue kernel (H100), and KDA's per-channel decays, which the prologue
+ * would write and the recurrence read back, made one launch the faster
+ * form for KDA before that (B = 256: 427.8 against 446.1 us).
  * Between the two, one-launch blocks would split heads into value tiles
  * that repeat their head's conv and norms (B = 64 split so took 145
  * against 114 us). docs/architecture.md has the table. */
@@ -765,10 +764,8 @@ inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 {
     if (g.one_launch == ONE_LAUNCH_NEVER || step->token_offsets || g.d.W > 4)
         return false;
-    const int64_t heads = (int64_t)step->rows * g.d.HV;
     return g.one_launch == ONE_LAUNCH_ALWAYS || step->tokens > 1 ||
-           step->rows <= ONE_LAUNCH_DECODE_ROWS ||
-           (step_whole_heads(g, step->rows) && (g.d.kda || heads <= ONE_LAUNCH_DECODE_HEADS));
+           step->rows <= ONE_LAUNCH_DECODE_ROWS || step_whole_heads(g, step->rows);
 }
 
 /* Whether this plugin's steps can find a commit pending (compact defines
