@@ -84,6 +84,21 @@ __host__ __device__ inline tc_record tc_record_layout(int32_t K, int32_t V)
     return r;
 }
 
+/* The record of a chunk whose products are bf16 (at least
+ * SSM_TC_BF16_MIN_TOKENS tokens, chunk_args.bf16_products): W, Qg, Kd and
+ * QK as bf16, in 16-bit elements from the record's start (they end before
+ * tc_record's Uv, which stays fp32 where it is, as does the decay). Each is
+ * rounded to bf16 where an fp32 record's value would be at its use. */
+struct tc_record16 {
+    int64_t W, Qg, Kd, QK;
+};
+
+__host__ __device__ inline tc_record16 tc_record16_layout(int32_t K)
+{
+    const int64_t C = SSM_CHUNK_TOKENS;
+    return tc_record16{0, C * K, 2 * C * K, 3 * C * K};
+}
+
 /* Floats of the work buffer for `rows` rows of up to `chunks` chunks. */
 inline int64_t chunk_tc_work_floats(int32_t K, int32_t V, int32_t HV, int32_t rows, int32_t chunks)
 {
@@ -152,10 +167,11 @@ namespace tc {
 /* out [C][cols] (row-major, global) = T X for the lower-triangular T
  * [C][C] (by rows, stride ldt) and X [C][cols] (by rows, stride ldx = 8 mod
  * 32), cols a multiple of 16; tile (I, n) by warp p % warps, T's zero blocks
- * above the diagonal skipped. */
+ * above the diagonal skipped. With out16, the result goes there as bf16
+ * instead. */
 __device__ __forceinline__ void times_T(bool bf16, const float *T, int32_t ldt, const float *X,
                                         int32_t ldx, int32_t cols, float *out, int32_t warp,
-                                        int32_t warps)
+                                        int32_t warps, uint16_t *out16 = nullptr)
 {
     const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
     for (int32_t p = warp; p < (C / B) * (cols / B); p += warps) {
@@ -163,7 +179,10 @@ __device__ __forceinline__ void times_T(bool bf16, const float *T, int32_t ldt, 
         tile f;
         zero(f);
         product_as<A_ROWS, B_ROWS>(bf16, f, T + I * B * ldt, ldt, X + n * B, ldx, (I + 1) * B);
-        store(out + I * B * cols + n * B, cols, f);
+        if (out16)
+            store_bf16(out16 + I * B * cols + n * B, cols, f);
+        else
+            store(out + I * B * cols + n * B, cols, f);
     }
 }
 
@@ -212,7 +231,9 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     float *QK = T; /* QK goes to the record before T is computed */
     const int32_t key_head = h / a.group;
     const tc_record L = tc_record_layout(K, V);
+    const tc_record16 L16 = tc_record16_layout(K);
     float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
+    uint16_t *rec16 = bf16 ? (uint16_t *)rec : nullptr; /* this chunk's record in bf16 */
 
     /* The passes over [C][K]: thread tid takes key channel x = tid % K of
      * tokens tid / K, + THREADS / K, ... (K divides the block). */
@@ -274,8 +295,13 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             up = chunk_exp(G[t * gk + x]);
             down = chunk_exp(G[(C - 1) * gk + x] - G[t * gk + x]);
         }
-        rec[L.Qg + i] = up * qc[t * LK + x];
-        rec[L.Kd + i] = down * kc[t * LK + x];
+        if (rec16) {
+            rec16[L16.Qg + i] = tc::to_bf16(up * qc[t * LK + x]);
+            rec16[L16.Kd + i] = tc::to_bf16(down * kc[t * LK + x]);
+        } else {
+            rec[L.Qg + i] = up * qc[t * LK + x];
+            rec[L.Kd + i] = down * kc[t * LK + x];
+        }
     }
     if (tid < K)
         rec[L.decay + tid] = chunk_exp(G[(C - 1) * gk + (gk == 1 ? 0 : tid)]);
@@ -292,7 +318,11 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             tc::zero(f);
             if (p >= 20) {
                 const int32_t above[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
-                tc::store(rec + L.QK + above[p - 20][0] * B * C + above[p - 20][1] * B, C, f);
+                const int64_t at = above[p - 20][0] * B * C + above[p - 20][1] * B;
+                if (rec16)
+                    tc::store_bf16(rec16 + L16.QK + at, C, f);
+                else
+                    tc::store(rec + L.QK + at, C, f);
                 continue;
             }
             int32_t m = p % 10, I = 0;
@@ -312,6 +342,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 }
             if (is_A)
                 tc::store(A + I * B * LC + m * B, LC, f);
+            else if (rec16)
+                tc::store_bf16(rec16 + L16.QK + I * B * C + m * B, C, f);
             else
                 tc::store(rec + L.QK + I * B * C + m * B, C, f);
         }
@@ -404,8 +436,13 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             QK[t * LC + i] = i <= t ? QK[t * LC + i] : 0.0f;
         }
         __syncthreads();
-        for (int32_t e = tid; e < C * C; e += THREADS)
-            rec[L.QK + e] = QK[(e / C) * LC + e % C];
+        for (int32_t e = tid; e < C * C; e += THREADS) {
+            const float value = QK[(e / C) * LC + e % C];
+            if (rec16)
+                rec16[L16.QK + e] = tc::to_bf16(value);
+            else
+                rec[L.QK + e] = value;
+        }
         __syncthreads(); /* QK's place is T's */
     }
 
@@ -476,7 +513,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
         scratch[t * LKr + x] = beta[t] * up * kc[t * LK + x];
     }
     __syncthreads();
-    tc::times_T(bf16, T, LC, scratch, LKr, K, rec + L.W, warp, WARPS);
+    tc::times_T(bf16, T, LC, scratch, LKr, K, rec + L.W, warp, WARPS,
+                rec16 ? rec16 + L16.W : nullptr);
 }
 
 /* grid (ceil(V / R), HV, rows), 8 R threads (a warp to each 16 x 16 tile
@@ -484,7 +522,7 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
  * shared memory; after chunk_prepare_kernel on the same arguments and work
  * buffer. R is 32 or 64 (launch_chunk_scan); every sum runs in the same
  * order at either, so both give the same bits. */
-template <int K, int R, class State, class Act, bool BF>
+template <int K, int R, class State, class Act>
 __global__ void __launch_bounds__(8 * R, 1)
     chunk_scan_kernel(chunk_args a, const float *work, int32_t chunks)
 {
@@ -504,11 +542,6 @@ __global__ void __launch_bounds__(8 * R, 1)
     /* with token_offsets a row may go on past this call's chunks */
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
     float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;
-    /* With bf16 products the state tile lives in the registers of the warps
-       that update it (st0, st1 below) and shared memory holds its bf16 pair,
-       the operand of the products with the state, written once a chunk. */
-    const int32_t LS = K + 8;
-    uint16_t *S_hi = (uint16_t *)S, *S_lo = S_hi + R * LS;
     float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
     float *decay = QK + C * LC;
     const tc_record L = tc_record_layout(K, V);
@@ -553,107 +586,21 @@ __global__ void __launch_bounds__(8 * R, 1)
     };
     stage(0, 0);
     stage(0, 1);
-    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and in the state
-     * update the pairs of row tiles (32 rows) listed by `unit` below; with
-     * bf16 products there is at most one unit a warp (K / 16 * R / 32 <=
-     * 8 * R / 32 warps), its two tiles held in st0 and st1 across chunks. */
-    const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
-    const int32_t units = (K / B) * (R / 32);
-    tc::tile st0, st1;
-    auto store_state_pair = [&](int32_t unit) {
-        const int32_t n16 = unit % (K / B), v0 = unit / (K / B) * 2 * B;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int32_t v = v0 + tc::tile_row(i), x = tc::pair_position(n16 * B + tc::tile_col(h, i));
-                tc::store_pair(S_hi, S_lo, v * LS + x, st0.x[h][i]);
-                tc::store_pair(S_hi, S_lo, (v + B) * LS + x, st1.x[h][i]);
-            }
-    };
-    if constexpr (BF) {
-        if (warp < units) {
-            const int32_t n16 = warp % (K / B), v0 = warp / (K / B) * 2 * B;
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(h, i);
-                    st0.x[h][i] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
-                    st1.x[h][i] =
-                        v + B < live_rows ? load(state + (int64_t)(e0 + v + B) * K + x) : 0.0f;
-                }
-            store_state_pair(warp);
-        }
-    } else {
-        for (int32_t e = tid; e < R * K; e += THREADS) {
-            int32_t v = e / K, x = e % K;
-            S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
-        }
+    for (int32_t e = tid; e < R * K; e += THREADS) {
+        int32_t v = e / K, x = e % K;
+        S[v * LK + x] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
     }
+    /* Warp (I, J) owns tile (I, J) of U and o (C x R), and in the state
+     * update the pairs of row tiles (32 rows) listed by `unit` below. */
+    const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
-        const bool bf16 = BF && c >= SSM_TC_BF16_MIN_TOKENS; /* this chunk's products */
         copy_async_wait<1>();
         __syncthreads(); /* W, Uv, Qg of chunk j; the state after chunk j - 1 */
         /* U = Uv - W S^T and o = (e^G q) S^T, one pass over S^T's fragments */
         tc::tile pu, po;
         tc::zero(pu);
         tc::zero(po);
-        /* The products with the state: with bf16 products, on its bf16 pair
-           (hi and lo, two products; a state rounded to bf16 alone put
-           single-token KDA prompts past 5e-3 from fp64, as an output is
-           mostly (e^G q) S^T), against W and e^G q in bf16, or in a chunk
-           of few tokens split in two bf16 too (three products); else
-           3xTF32. */
-        if constexpr (BF) {
-            const uint16_t *sh = S_hi + J * B * LS, *sl = S_lo + J * B * LS;
-            const float *wp = W + I * B * LK, *qp = Qg + I * B * LK;
-            if (bf16) {
-#pragma unroll 2
-                for (int32_t d = 0; d < K; d += 16) {
-                    tc::frag s_hi, s_lo, w0, w1, q0, q1;
-                    uint32_t w[4], q[4];
-                    tc::load_b_cols_pair(s_hi, sh + d, LS);
-                    tc::load_b_cols_pair(s_lo, sl + d, LS);
-                    tc::load_a_rows(w0, wp + d, LK);
-                    tc::load_a_rows(w1, wp + d + 8, LK);
-                    tc::load_a_rows(q0, qp + d, LK);
-                    tc::load_a_rows(q1, qp + d + 8, LK);
-                    tc::pack_a_bf16(w, w0, w1);
-                    tc::pack_a_bf16(q, q0, q1);
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        tc::mma16(pu.x[h], w, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
-                        tc::mma16(pu.x[h], w, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                        tc::mma16(po.x[h], q, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
-                        tc::mma16(po.x[h], q, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                    }
-                }
-            } else {
-                for (int32_t d = 0; d < K; d += 16) {
-                    tc::frag s_hi, s_lo, w0, w1, q0, q1;
-                    uint32_t w_hi[4], w_lo[4], q_hi[4], q_lo[4];
-                    tc::load_b_cols_pair(s_hi, sh + d, LS);
-                    tc::load_b_cols_pair(s_lo, sl + d, LS);
-                    tc::load_a_rows(w0, wp + d, LK);
-                    tc::load_a_rows(w1, wp + d + 8, LK);
-                    tc::load_a_rows(q0, qp + d, LK);
-                    tc::load_a_rows(q1, qp + d + 8, LK);
-                    tc::pack_a_bf16_split(w_hi, w_lo, w0, w1);
-                    tc::pack_a_bf16_split(q_hi, q_lo, q0, q1);
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        tc::mma16(pu.x[h], w_lo, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                        tc::mma16(pu.x[h], w_hi, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
-                        tc::mma16(pu.x[h], w_hi, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                        tc::mma16(po.x[h], q_lo, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                        tc::mma16(po.x[h], q_hi, s_lo.x[2 * h], s_lo.x[2 * h + 1]);
-                        tc::mma16(po.x[h], q_hi, s_hi.x[2 * h], s_hi.x[2 * h + 1]);
-                    }
-                }
-            }
-        } else {
 #pragma unroll 4
         for (int32_t d = 0; d < K; d += 8) {
             tc::frag s, w, q, s_hi, s_lo, w_hi, w_lo, q_hi, q_lo;
@@ -665,7 +612,6 @@ __global__ void __launch_bounds__(8 * R, 1)
             tc::split(q_hi, q_lo, q);
             tc::mma3(pu, w_hi, w_lo, s_hi, s_lo);
             tc::mma3(po, q_hi, q_lo, s_hi, s_lo);
-        }
         }
         {
             tc::tile u;
@@ -681,8 +627,7 @@ __global__ void __launch_bounds__(8 * R, 1)
         __syncthreads(); /* U is whole; QK, Kd, decay of chunk j; W, Uv, Qg are free */
         stage(j + 1, 0);
         /* o += QK U, this warp's tile out through its own place in O */
-        tc::product_as<tc::A_ROWS, tc::B_ROWS>(bf16, po, QK + I * B * LC, LC, U + J * B, LR,
-                                               (I + 1) * B);
+        tc::product<tc::A_ROWS, tc::B_ROWS>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
         tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
         if (out) {
@@ -698,17 +643,12 @@ __global__ void __launch_bounds__(8 * R, 1)
         }
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
            (nothing else reads them until the next barrier) */
-        for (int32_t unit = warp; unit < units; unit += WARPS) {
+        for (int32_t unit = warp; unit < (K / B) * (R / 32); unit += WARPS) {
             const int32_t n16 = unit % (K / B), pair = unit / (K / B);
             float *col = S + pair * 2 * B * LK + n16 * B;
             tc::tile s0, s1;
-            if constexpr (BF) {
-                s0 = st0;
-                s1 = st1;
-            } else {
-                tc::load(s0, col, LK);
-                tc::load(s1, col + B * LK, LK);
-            }
+            tc::load(s0, col, LK);
+            tc::load(s1, col + B * LK, LK);
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -717,20 +657,6 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] *= d;
                     s1.x[h][i] *= d;
                 }
-            if (bf16) {
-#pragma unroll 2
-                for (int32_t d = 0; d < C; d += 16) {
-                    tc::frag k0, k1, u00, u01, u10, u11;
-                    tc::load_b_rows(k0, Kd + d * LKr + n16 * B, LKr);
-                    tc::load_b_rows(k1, Kd + (d + 8) * LKr + n16 * B, LKr);
-                    tc::load_a_cols(u00, U + d * LR + pair * 2 * B, LR);
-                    tc::load_a_cols(u01, U + (d + 8) * LR + pair * 2 * B, LR);
-                    tc::load_a_cols(u10, U + d * LR + pair * 2 * B + B, LR);
-                    tc::load_a_cols(u11, U + (d + 8) * LR + pair * 2 * B + B, LR);
-                    tc::mma_bf16(s0, u00, u01, k0, k1);
-                    tc::mma_bf16(s1, u10, u11, k0, k1);
-                }
-            } else {
 #pragma unroll 4
                 for (int32_t d = 0; d < C; d += 8) {
                     tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
@@ -743,7 +669,6 @@ __global__ void __launch_bounds__(8 * R, 1)
                     tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
                     tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
                 }
-            }
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -751,40 +676,24 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
                     s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
                 }
-            if constexpr (BF) {
-                st0 = s0;
-                st1 = s1;
-                store_state_pair(unit);
-            } else {
-                tc::store(col, LK, s0);
-                tc::store(col + B * LK, LK, s1);
-            }
+            tc::store(col, LK, s0);
+            tc::store(col + B * LK, LK, s1);
         }
         __syncthreads(); /* QK, Kd and U are free */
         stage(j + 1, 1);
     }
     copy_async_wait<0>();
-    if constexpr (BF) {
-        if (warp < units) {
-            const int32_t n16 = warp % (K / B), v0 = warp / (K / B) * 2 * B;
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(h, i);
-                    if (v < live_rows)
-                        store(state + (int64_t)(e0 + v) * K + x, st0.x[h][i]);
-                    if (v + B < live_rows)
-                        store(state + (int64_t)(e0 + v + B) * K + x, st1.x[h][i]);
-                }
-        }
-    } else {
-        for (int32_t e = tid; e < live_rows * K; e += THREADS) {
-            int32_t v = e / K, x = e % K;
-            store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
-        }
+    for (int32_t e = tid; e < live_rows * K; e += THREADS) {
+        int32_t v = e / K, x = e % K;
+        store(state + (int64_t)(e0 + v) * K + x, S[v * LK + x]);
     }
 }
+
+} /* namespace ssm */
+
+#include "kernels/cuda/chunk_scan_bf16.cuh"
+
+namespace ssm {
 
 /* Calls f with K as a template argument (chunk_tc_supported's K). */
 template <class F> inline void with_key_dim(int32_t K, F f)
@@ -857,14 +766,11 @@ inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
         auto go = [&](auto r) {
             constexpr int R = decltype(r)::value;
             size_t shared = chunk_scan_shared_floats(a.K, R) * sizeof(float);
-            with_products(a, [&](auto bf) {
-                auto kernel =
-                    chunk_scan_kernel<decltype(k)::value, R, State, Act, decltype(bf)::value>;
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)shared);
-                kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows),
-                         8 * R, shared, st>>>(a, work, chunks);
-            });
+            auto kernel = a.bf16_products ? chunk_scan_bf16_kernel<decltype(k)::value, R, State, Act>
+                                          : chunk_scan_kernel<decltype(k)::value, R, State, Act>;
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+            kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows), 8 * R,
+                     shared, st>>>(a, work, chunks);
         };
         if (tile_rows == 64)
             go(std::integral_constant<int, 64>());

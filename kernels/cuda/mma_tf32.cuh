@@ -157,8 +157,8 @@ __device__ __forceinline__ uint32_t pack_bf16(uint32_t lo, uint32_t hi)
  * fragments (a0 of k-step d, a1 of d + 8), each value rounded to bf16. A
  * thread holds k = t, t + 4, 8 + t and 12 + t (the TF32 fragments'
  * mapping); packed in that order they are what mma's bf16 layout calls
- * k = 2t, 2t + 1, 2t + 8 and 2t + 9. A B operand packed the same way (or
- * stored in pair_position's order) sums the same 16 terms. */
+ * k = 2t, 2t + 1, 2t + 8 and 2t + 9. A B operand packed the same way sums
+ * the same 16 terms. */
 __device__ __forceinline__ void pack_a_bf16(uint32_t (&a)[4], const frag &a0, const frag &a1)
 {
     a[0] = pack_bf16(a0.x[0], a0.x[2]);
@@ -167,23 +167,17 @@ __device__ __forceinline__ void pack_a_bf16(uint32_t (&a)[4], const frag &a0, co
     a[3] = pack_bf16(a1.x[1], a1.x[3]);
 }
 
+/* x rounded to bf16 (nearest even), as pack_bf16 rounds each of its two. */
+__device__ __forceinline__ uint16_t to_bf16(float x)
+{
+    uint16_t d;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(d) : "f"(x));
+    return d;
+}
+
 /* The low bf16 of a pair as fp32 (exact). */
 __device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16_high(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
-
-/* pack_a_bf16 with each value split in two bf16, hi rounded to nearest and
- * lo the rest rounded: hi + lo within about 2^-16 relative of the value. */
-__device__ __forceinline__ void pack_a_bf16_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
-                                                  const frag &a0, const frag &a1)
-{
-    pack_a_bf16(hi, a0, a1);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const frag &f = i < 2 ? a0 : a1;
-        float x = __uint_as_float(f.x[i & 1]), y = __uint_as_float(f.x[(i & 1) + 2]);
-        lo[i] = pack_bf16(__float_as_uint(x - bf16_low(hi[i])), __float_as_uint(y - bf16_high(hi[i])));
-    }
-}
 
 /* c (16 x 8, half h of a tile) += a b, one bf16 mma.m16n8k16 on packed
  * operands: b0 holds k = 2t, 2t + 1 and b1 k = 2t + 8, 2t + 9 of column g. */
@@ -207,34 +201,6 @@ __device__ __forceinline__ void mma_bf16(tile &c, const frag &a0, const frag &a1
     for (int h = 0; h < 2; h++)
         mma16(c.x[h], a, pack_bf16(b0.x[2 * h], b0.x[2 * h + 1]),
               pack_bf16(b1.x[2 * h], b1.x[2 * h + 1]));
-}
-
-/* A state tile as a bf16 pair in shared memory (hi and lo in two arrays of
- * 16-bit elements, rows [n][k'] of K + 8 elements for K of 32, 64 or 128:
- * 16-byte aligned, and ldmatrix's eight rows fall on distinct banks): a B
- * operand by columns whose 16-channel groups are stored in pack_a_bf16's k
- * order, k at pair_position(k). */
-__device__ __forceinline__ int32_t pair_position(int32_t k)
-{
-    return (k & ~7) + 2 * (k & 3) + ((k >> 2) & 1);
-}
-
-/* x as hi + lo (pack_a_bf16_split's split) at element i of both arrays. A
- * finite x past bf16's largest value (|x| > 3.39e38) takes an infinite hi
- * and leaves NaN in the products, as a non-finite x does. */
-__device__ __forceinline__ void store_pair(uint16_t *hi, uint16_t *lo, int32_t i, float x)
-{
-    uint32_t h = pack_bf16(__float_as_uint(x), 0) & 0xffffu;
-    hi[i] = (uint16_t)h;
-    lo[i] = (uint16_t)(pack_bf16(__float_as_uint(x - bf16_low(h)), 0) & 0xffffu);
-}
-
-/* B [16][16] of a pair array at p (n = 0, k' = 0; stride ld elements): one
- * ldmatrix; f.x[2h] and f.x[2h + 1] are half h's b0 and b1 for mma16. */
-__device__ __forceinline__ void load_b_cols_pair(frag &f, const uint16_t *p, int32_t ld)
-{
-    const int32_t lane = threadIdx.x & 31;
-    ldmatrix4(f, (const float *)(p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8));
 }
 
 /* The layouts of the two operands of a product (see the top of the file). */
@@ -337,6 +303,120 @@ __device__ __forceinline__ void load(tile &c, const float *p, int32_t ld)
             float2 v = *(const float2 *)(p + tile_row(i) * ld + tile_col(h, i));
             c.x[h][i] = v.x;
             c.x[h][i + 1] = v.y;
+        }
+}
+
+/* bf16 operands stored as bf16 (16-bit elements) in shared memory, loaded
+ * with ldmatrix, whose 8 x 8 matrices of 16-bit elements are the bf16
+ * mma's own fragments (natural k order; rows 16-byte aligned, and a row
+ * stride of 16 mod 128 bytes keeps ldmatrix's eight rows on distinct
+ * banks). A frag's x[0..3] are then mma16's a[0..3] for an A operand, and
+ * x[2h], x[2h + 1] half h's b0 and b1 for a B operand. */
+__device__ __forceinline__ void ldmatrix4_trans(frag &f, const uint16_t *row)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                 : "r"((uint32_t)__cvta_generic_to_shared(row)));
+}
+
+__device__ __forceinline__ void ldmatrix4(frag &f, const uint16_t *row)
+{
+    ldmatrix4(f, (const float *)row);
+}
+
+/* A [16][16] by rows (A[m][k] at p[m * ld + k]). */
+__device__ __forceinline__ void load_a_rows16(frag &f, const uint16_t *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4(f, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+
+/* A [16][16] by columns (A[m][k] at p[k * ld + m]). */
+__device__ __forceinline__ void load_a_cols16(frag &f, const uint16_t *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4_trans(f, p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8);
+}
+
+/* B [16][16] by columns (B[k][n] at p[n * ld + k]). */
+__device__ __forceinline__ void load_b_cols16(frag &f, const uint16_t *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4(f, p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8);
+}
+
+/* B [16][16] by rows (B[k][n] at p[k * ld + n]). */
+__device__ __forceinline__ void load_b_rows16(frag &f, const uint16_t *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31;
+    ldmatrix4_trans(f, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+
+/* c += a b on both halves of a tile: a a 16 x 16 A fragment, b a 16 x 16 B
+ * fragment, one mma.m16n8k16 a half. */
+__device__ __forceinline__ void mma16(tile &c, const frag &a, const frag &b)
+{
+    const uint32_t r[4] = {a.x[0], a.x[1], a.x[2], a.x[3]};
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        mma16(c.x[h], r, b.x[2 * h], b.x[2 * h + 1]);
+}
+
+/* The A fragment of a [16][16] fp32 operand by rows (A[m][k] at p[m * ld +
+ * k], ld even), rounded to bf16, in natural k order: two fp32 a register. */
+__device__ __forceinline__ void load_a_rows_f32(float2 (&x)[4], const float *p, int32_t ld)
+{
+    const int32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        x[i] = *(const float2 *)(p + (g + (i & 1) * 8) * ld + 2 * t + (i >> 1) * 8);
+}
+
+/* Those values as bf16, and split in two: hi rounded to nearest, lo the
+ * rest rounded (hi + lo within about 2^-16 relative of each value). */
+__device__ __forceinline__ void pack_a(frag &a, const float2 (&x)[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        a.x[i] = pack_bf16(__float_as_uint(x[i].x), __float_as_uint(x[i].y));
+}
+
+__device__ __forceinline__ void pack_a_split(frag &hi, frag &lo, const float2 (&x)[4])
+{
+    pack_a(hi, x);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        lo.x[i] = pack_bf16(__float_as_uint(x[i].x - bf16_low(hi.x[i])),
+                            __float_as_uint(x[i].y - bf16_high(hi.x[i])));
+}
+
+/* Stores a tile row-major at p (stride ld elements, even) as bf16, each
+ * value rounded to nearest: to shared or global memory. */
+__device__ __forceinline__ void store_bf16(uint16_t *p, int32_t ld, const tile &c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i += 2)
+            *(uint32_t *)(p + tile_row(i) * ld + tile_col(h, i)) =
+                pack_bf16(__float_as_uint(c.x[h][i]), __float_as_uint(c.x[h][i + 1]));
+}
+
+/* A tile as a bf16 pair (hi rounded to nearest, lo the rest rounded), row-
+ * major in two arrays of stride ld: the state's operand in the scan. A
+ * finite value past bf16's largest (|x| > 3.39e38) takes an infinite hi
+ * and leaves NaN in the products, as a non-finite one does. */
+__device__ __forceinline__ void store_pair(uint16_t *hi, uint16_t *lo, int32_t ld, const tile &c)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i += 2) {
+            const int32_t at = tile_row(i) * ld + tile_col(h, i);
+            const uint32_t top = pack_bf16(__float_as_uint(c.x[h][i]), __float_as_uint(c.x[h][i + 1]));
+            *(uint32_t *)(hi + at) = top;
+            *(uint32_t *)(lo + at) = pack_bf16(__float_as_uint(c.x[h][i] - bf16_low(top)),
+                                               __float_as_uint(c.x[h][i + 1] - bf16_high(top)));
         }
 }
 
