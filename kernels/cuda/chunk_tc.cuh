@@ -35,12 +35,13 @@
  * QK U, U^T Kd) are one bf16 mma.m16n8k16 each (mma_tf32.cuh's mma_bf16:
  * operands rounded to bf16, fp32 accumulation), as fla's kernels take
  * theirs: within the contract's 5e-3 of fp64 for this form, not the 1e-5 of
- * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 stays 3xTF32. The
- * products with the state (W S^T, (e^G q) S^T) take the state as a bf16
- * pair (hi and lo, two products), split once a chunk from the fp32 tile
- * that the updating warps keep in registers. Every other product of a
- * chunk of fewer than SSM_TC_BF16_MIN_TOKENS tokens stays 3xTF32 (and its
- * W and e^G q are split in two bf16 too): a prompt's last few
+ * the CPU's that 3xTF32 keeps. The inverse (I + A)^-1 stays 3xTF32. Such a
+ * chunk's record holds W, e^G q, e^{G_last - G} k and QK in bf16
+ * (tc_record16), half the bytes, and its scan is chunk_scan_bf16.cuh's
+ * kernel: operands staged as bf16, the state's products on its bf16 pair.
+ * Every product of a chunk of fewer than SSM_TC_BF16_MIN_TOKENS tokens
+ * stays 3xTF32 (fp32 record; against the state's pair, its W and e^G q are
+ * split in two bf16): a prompt's last few
  * tokens have outputs made of a handful of dot products each, and with
  * bf16 operands one that cancels left a one-token KDA prompt 5.3e-3 from
  * fp64 (a whole prefill's chunks average such errors away; a short one's
