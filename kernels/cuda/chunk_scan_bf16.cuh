@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(8 * R, 1)
     static_assert(UNITS <= WARPS, "one state unit a warp");
     const int32_t V = a.V;
     const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C), LR = tc_pad_rows(R);
-    /* bf16 rows: 16-byte aligned, 16 mod 128 bytes apart */
+    /* bf16 rows: 16-byte aligned, an odd multiple of 16 bytes apart */
     constexpr int32_t LK16 = K + 8, LR16 = R + 8, LC16 = C + 8;
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;

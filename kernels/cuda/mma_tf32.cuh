@@ -309,8 +309,8 @@ __device__ __forceinline__ void load(tile &c, const float *p, int32_t ld)
 /* bf16 operands stored as bf16 (16-bit elements) in shared memory, loaded
  * with ldmatrix, whose 8 x 8 matrices of 16-bit elements are the bf16
  * mma's own fragments (natural k order; rows 16-byte aligned, and a row
- * stride of 16 mod 128 bytes keeps ldmatrix's eight rows on distinct
- * banks). A frag's x[0..3] are then mma16's a[0..3] for an A operand, and
+ * stride of an odd multiple of 16 bytes keeps ldmatrix's eight rows on
+ * distinct banks). A frag's x[0..3] are then mma16's a[0..3] for an A operand, and
  * x[2h], x[2h + 1] half h's b0 and b1 for a B operand. */
 __device__ __forceinline__ void ldmatrix4_trans(frag &f, const uint16_t *row)
 {
