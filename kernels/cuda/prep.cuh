@@ -460,13 +460,15 @@ __device__ void prep_beta(const prep_args &a, int32_t slot, int32_t r, int32_t f
 }
 
 /* Tokens per block along z: a prefill piece (no ring, nothing staged)
- * splits into groups of max(4, W - 1) tokens; every other step is one
- * group. A group must span the window (W - 1) for prep_conv's buffer rule. */
-__host__ __device__ inline int32_t prep_group_tokens(const prep_args &a)
+ * splits into groups of max(`group`, W - 1) tokens; every other step is one
+ * group. A group must span the window (W - 1) for prep_conv's buffer rule.
+ * Larger groups share a thread's setup (addresses, taps, window) among more
+ * tokens; smaller ones give a short prompt more threads. */
+__host__ __device__ inline int32_t prep_group_tokens(const prep_args &a, int32_t group)
 {
     if (!a.token_offsets || a.stage || a.ring_n || a.fold_taken)
         return a.tokens;
-    return a.d.W - 1 > 4 ? a.d.W - 1 : 4;
+    return a.d.W - 1 > group ? a.d.W - 1 : group;
 }
 
 /* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),

@@ -51,6 +51,7 @@ struct gpu_common {
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
+    int32_t prefill_group; /* tokens a prefill's prologue block takes (prep_group_tokens) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
     int32_t shared_optin; /* shared memory a block may opt in to, bytes */
     int32_t multi_token_blocks; /* tile_min_blocks of larger multi-token jobs (6, or 1) */
@@ -183,6 +184,11 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * approximations (prep.cuh's dev_* helpers; other bits than the CPU's,
      * the same in every mode), the faster form (docs/numerics.md);
      * SSMSTATE_CUDA_FAST_MATH=0 computes them as the CPU does. */
+    /* A measuring knob: SSMSTATE_CUDA_PREFILL_GROUP=N (1 to 64) gives each
+     * block of a prefill's prologue N tokens instead of 4. The same bits
+     * either way. */
+    const char *group = getenv("SSMSTATE_CUDA_PREFILL_GROUP");
+    g.prefill_group = group && atoi(group) >= 1 && atoi(group) <= 64 ? atoi(group) : 4;
     const char *fast = getenv("SSMSTATE_CUDA_FAST_MATH");
     g.d.fast_math = !(fast && strcmp(fast, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
@@ -374,7 +380,7 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
                         "a batch of %d rows: the CUDA kernels take at most 65535", a.rows);
     int32_t width = a.d.D / 4 > a.d.GW ? a.d.D / 4 : a.d.GW;
     prep_args grouped = a;
-    grouped.group_tokens = prep_group_tokens(a);
+    grouped.group_tokens = prep_group_tokens(a, g.prefill_group);
     int32_t groups = grouped.group_tokens > 0 && a.tokens > grouped.group_tokens
                          ? (a.tokens + grouped.group_tokens - 1) / grouped.group_tokens
                          : 1;
