@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(8 * R, 1)
     /* bf16 rows: 16-byte aligned, an odd multiple of 16 bytes apart */
     constexpr int32_t LK16 = K + 8, LR16 = R + 8, LC16 = C + 8;
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
-    const int32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int32_t tid = threadIdx.x, warp = tid >> 5;
     const int32_t in_row = a.slots ? a.slots[r] : r;
     if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
                                  blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(8 * R, 1)
     const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
                              (a.current ? a.current[in_row] : 0);
     State *state = (State *)a.state + (snapshot * a.HV + h) * (int64_t)V * K;
-    Act *out = (Act *)a.out;
     const int32_t live_rows = V - e0 < R ? V - e0 : R;
     auto tokens_of = [&](int32_t j) { return n - j * C < C ? n - j * C : C; };
 
@@ -93,32 +92,9 @@ __global__ void __launch_bounds__(8 * R, 1)
                                          (const float *)(rec16 + L16.QK + t * C + x), true);
                     }
             } else {
-                float *first = part == 0 ? W : Kd;
-#pragma unroll
-                for (int32_t e = tid; e < C * K / 4; e += THREADS) {
-                    int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                    copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
-                                     rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
-                    if (part == 0)
-                        copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
-                }
-                if (part == 1)
-                    for (int32_t e = tid; e < C * C / 4; e += THREADS) {
-                        int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
-                        copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
-                    }
+                tc::stage_record_f32<K, THREADS>(rec, L, part, W, Qg, Kd, QK);
             }
-            if (part == 0) {
-                for (int32_t e = tid; e < C * R / 4; e += THREADS) {
-                    int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
-                    bool live = x < live_rows;
-                    copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0),
-                                     live);
-                }
-            } else {
-                for (int32_t e = tid; e < K / 4; e += THREADS)
-                    copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
-            }
+            tc::stage_values_decay<K, R, THREADS>(rec, L, part, Uv, decay, V, e0, live_rows);
         }
         copy_async_commit(); /* possibly empty: two groups per chunk */
     };
@@ -132,15 +108,21 @@ __global__ void __launch_bounds__(8 * R, 1)
     const bool owner = warp < UNITS;
     const int32_t n16 = warp % (K / B), v0 = warp / (K / B) * 2 * B;
     tc::tile st0, st1;
-    if (owner) {
+    /* f(element of st0 or st1, its state row v (live or not), channel x) */
+    auto each_unit_element = [&](auto f) {
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(hh, i);
-                st0.x[hh][i] = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
-                st1.x[hh][i] = v + B < live_rows ? load(state + (int64_t)(e0 + v + B) * K + x) : 0.0f;
+                f(st0.x[hh][i], v, x);
+                f(st1.x[hh][i], v + B, x);
             }
+    };
+    if (owner) {
+        each_unit_element([&](float &s, int32_t v, int32_t x) {
+            s = v < live_rows ? load(state + (int64_t)(e0 + v) * K + x) : 0.0f;
+        });
         tc::store_pair(S_hi + v0 * LK16 + n16 * B, S_lo + v0 * LK16 + n16 * B, LK16, st0);
         tc::store_pair(S_hi + (v0 + B) * LK16 + n16 * B, S_lo + (v0 + B) * LK16 + n16 * B, LK16, st1);
     }
@@ -217,17 +199,7 @@ __global__ void __launch_bounds__(8 * R, 1)
         }
         tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
-        if (out) {
-            for (int32_t e = lane; e < B * B / 4; e += 32) {
-                int32_t t = I * B + e / (B / 4), v = J * B + 4 * (e % (B / 4));
-                if (t >= c || v >= live_rows)
-                    continue;
-                int64_t token = a.token_offsets
-                                    ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
-                                    : r * (a.out_row / a.out_token) + t0 + t;
-                store4(out + token * a.out_token + (int64_t)h * V + e0 + v, O + t * LR + v);
-            }
-        }
+        tc::store_output_tile<Act>(a, O, LR, I, J, r, h, e0, t0, c, live_rows);
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's unit, in
            its registers, then its pair for the next chunk (nothing reads the
            pair until the next barrier) */
@@ -282,18 +254,11 @@ __global__ void __launch_bounds__(8 * R, 1)
         stage(j + 1, 1);
     }
     copy_async_wait<0>();
-    if (owner) {
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int32_t v = v0 + tc::tile_row(i), x = n16 * B + tc::tile_col(hh, i);
-                if (v < live_rows)
-                    store(state + (int64_t)(e0 + v) * K + x, st0.x[hh][i]);
-                if (v + B < live_rows)
-                    store(state + (int64_t)(e0 + v + B) * K + x, st1.x[hh][i]);
-            }
-    }
+    if (owner)
+        each_unit_element([&](float &s, int32_t v, int32_t x) {
+            if (v < live_rows)
+                store(state + (int64_t)(e0 + v) * K + x, s);
+        });
 }
 
 } /* namespace ssm */

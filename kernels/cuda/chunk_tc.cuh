@@ -198,6 +198,75 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
     return a.counts[r];
 }
 
+/* Tile (I, J) of a chunk's outputs, from O (C x R, stride LR) to the
+ * row's tokens: token t0 + t of row r, value row e0 + v of head h, rows
+ * past the chunk's c tokens or the head's live rows skipped; a warp's
+ * lanes, four values a store. */
+template <class Act>
+__device__ __forceinline__ void store_output_tile(const chunk_args &a, const float *O, int32_t LR,
+                                                  int32_t I, int32_t J, int32_t r, int32_t h,
+                                                  int32_t e0, int32_t t0, int32_t c,
+                                                  int32_t live_rows)
+{
+    const int32_t B = SSM_TC_SUB, lane = threadIdx.x & 31;
+    Act *out = (Act *)a.out;
+    if (!out)
+        return;
+    for (int32_t e = lane; e < B * B / 4; e += 32) {
+        int32_t t = I * B + e / (B / 4), v = J * B + 4 * (e % (B / 4));
+        if (t >= c || v >= live_rows)
+            continue;
+        int64_t token = a.token_offsets ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
+                                        : r * (a.out_row / a.out_token) + t0 + t;
+        store4(out + token * a.out_token + (int64_t)h * a.V + e0 + v, O + t * LR + v);
+    }
+}
+
+/* Stages part 0 (W and Qg) or 1 (Kd and QK) of an fp32 record into the
+ * scan's regions (rows of stride LK; Kd's LKr, QK's LC), 16 bytes a copy,
+ * by the block's THREADS threads. */
+template <int K, int THREADS>
+__device__ __forceinline__ void stage_record_f32(const float *rec, const tc_record &L, int32_t part,
+                                                 float *W, float *Qg, float *Kd, float *QK)
+{
+    const int32_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C);
+    const int32_t tid = threadIdx.x;
+    float *first = part == 0 ? W : Kd;
+#pragma unroll
+    for (int32_t e = tid; e < C * K / 4; e += THREADS) {
+        int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
+        copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
+                         rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
+        if (part == 0)
+            copy_chunk_async(Qg + t * LK + x, rec + L.Qg + t * K + x, true);
+    }
+    if (part == 1)
+        for (int32_t e = tid; e < C * C / 4; e += THREADS) {
+            int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
+            copy_chunk_async(QK + t * LC + x, rec + L.QK + t * C + x, true);
+        }
+}
+
+/* Stages part 0's Uv (the block's R value rows; zeros past live_rows) or
+ * part 1's decay of an fp32 or bf16 record. */
+template <int K, int R, int THREADS>
+__device__ __forceinline__ void stage_values_decay(const float *rec, const tc_record &L,
+                                                   int32_t part, float *Uv, float *decay,
+                                                   int32_t V, int32_t e0, int32_t live_rows)
+{
+    const int32_t C = SSM_CHUNK_TOKENS, LR = tc_pad_rows(R), tid = threadIdx.x;
+    if (part == 0) {
+        for (int32_t e = tid; e < C * R / 4; e += THREADS) {
+            int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
+            bool live = x < live_rows;
+            copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0), live);
+        }
+    } else {
+        for (int32_t e = tid; e < K / 4; e += THREADS)
+            copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
+    }
+}
+
 } /* namespace tc */
 
 /* grid (chunks, HV, rows), THREADS threads (256, two blocks an SM, or 512),
@@ -549,7 +618,6 @@ __global__ void __launch_bounds__(8 * R, 1)
     const int64_t snapshot = ((int64_t)in_row * a.layers + a.layer) * a.snapshots +
                              (a.current ? a.current[in_row] : 0);
     State *state = (State *)a.state + (snapshot * a.HV + h) * (int64_t)V * K;
-    Act *out = (Act *)a.out;
     const int32_t live_rows = V - e0 < R ? V - e0 : R;
 
     /* The record parts of chunk j in two groups, in the order they are
@@ -558,30 +626,8 @@ __global__ void __launch_bounds__(8 * R, 1)
     auto stage = [&](int32_t j, int32_t part) {
         if (j < row_chunks) {
             const float *rec = work + (((int64_t)r * chunks + j) * a.HV + h) * L.floats;
-            float *first = part == 0 ? W : Kd, *second = part == 0 ? Qg : QK;
-#pragma unroll
-            for (int32_t e = tid; e < C * K / 4; e += THREADS) {
-                int32_t t = e / (K / 4), x = 4 * (e % (K / 4));
-                copy_chunk_async(first + t * (part == 0 ? LK : LKr) + x,
-                                 rec + (part == 0 ? L.W : L.Kd) + t * K + x, true);
-                if (part == 0)
-                    copy_chunk_async(second + t * LK + x, rec + L.Qg + t * K + x, true);
-            }
-            if (part == 0) {
-                for (int32_t e = tid; e < C * R / 4; e += THREADS) {
-                    int32_t t = e / (R / 4), x = 4 * (e % (R / 4));
-                    bool live = x < live_rows;
-                    copy_chunk_async(Uv + t * LR + x, rec + L.Uv + t * V + (live ? e0 + x : 0),
-                                     live);
-                }
-            } else {
-                for (int32_t e = tid; e < C * C / 4; e += THREADS) {
-                    int32_t t = e / (C / 4), x = 4 * (e % (C / 4));
-                    copy_chunk_async(second + t * LC + x, rec + L.QK + t * C + x, true);
-                }
-                for (int32_t e = tid; e < K / 4; e += THREADS)
-                    copy_chunk_async(decay + 4 * e, rec + L.decay + 4 * e, true);
-            }
+            tc::stage_record_f32<K, THREADS>(rec, L, part, W, Qg, Kd, QK);
+            tc::stage_values_decay<K, R, THREADS>(rec, L, part, Uv, decay, V, e0, live_rows);
         }
         copy_async_commit(); /* possibly empty: two groups per chunk */
     };
@@ -593,7 +639,7 @@ __global__ void __launch_bounds__(8 * R, 1)
     }
     /* Warp (I, J) owns tile (I, J) of U and o (C x R), and in the state
      * update the pairs of row tiles (32 rows) listed by `unit` below. */
-    const int32_t I = warp / (R / B), J = warp % (R / B), lane = tid & 31;
+    const int32_t I = warp / (R / B), J = warp % (R / B);
     for (int32_t j = 0; j < row_chunks; j++) {
         const int32_t t0 = j * C, c = n - t0 < C ? n - t0 : C;
         copy_async_wait<1>();
@@ -631,17 +677,7 @@ __global__ void __launch_bounds__(8 * R, 1)
         tc::product<tc::A_ROWS, tc::B_ROWS>(po, QK + I * B * LC, LC, U + J * B, LR, (I + 1) * B);
         tc::store(O + I * B * LR + J * B, LR, po);
         __syncwarp();
-        if (out) {
-            for (int32_t e = lane; e < B * B / 4; e += 32) {
-                int32_t t = I * B + e / (B / 4), v = J * B + 4 * (e % (B / 4));
-                if (t >= c || v >= live_rows)
-                    continue;
-                int64_t token = a.token_offsets
-                                    ? (int64_t)a.token_offsets[r] + a.piece + t0 + t
-                                    : r * (a.out_row / a.out_token) + t0 + t;
-                store4(out + token * a.out_token + (int64_t)h * V + e0 + v, O + t * LR + v);
-            }
-        }
+        tc::store_output_tile<Act>(a, O, LR, I, J, r, h, e0, t0, c, live_rows);
         /* S = e^{G_last} S + U^T (e^{G_last - G} k) on this warp's tiles
            (nothing else reads them until the next barrier) */
         for (int32_t unit = warp; unit < (K / B) * (R / 32); unit += WARPS) {
