@@ -224,26 +224,9 @@ __global__ void __launch_bounds__(8 * R, 1)
                     tc::mma16(s1, u1, k);
                 }
             } else {
-#pragma unroll 4
-                for (int32_t d = 0; d < C; d += 8) {
-                    tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
-                    tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
-                    tc::load_a_cols(u0, U + d * LR + v0, LR);
-                    tc::load_a_cols(u1, U + d * LR + v0 + B, LR);
-                    tc::split(k_hi, k_lo, k);
-                    tc::split(u0_hi, u0_lo, u0);
-                    tc::split(u1_hi, u1_lo, u1);
-                    tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
-                    tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
-                }
+                tc::update_unit_tf32(s0, s1, U, LR, Kd, LKr, v0, n16);
             }
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    s0.x[hh][i] = round_to((const State *)0, s0.x[hh][i]);
-                    s1.x[hh][i] = round_to((const State *)0, s1.x[hh][i]);
-                }
+            tc::round_unit<State>(s0, s1);
             st0 = s0;
             st1 = s1;
             tc::store_pair(S_hi + v0 * LK16 + n16 * B, S_lo + v0 * LK16 + n16 * B, LK16, st0);

@@ -267,6 +267,41 @@ __device__ __forceinline__ void stage_values_decay(const float *rec, const tc_re
     }
 }
 
+/* The state update's sum for one unit in 3xTF32: s0 and s1 (value rows
+ * v0 .. v0 + 15 and v0 + 16 .. v0 + 31 of U's columns, channels n16 * 16
+ * .. + 15 of Kd) += U^T Kd over the chunk's C tokens (U [C][.] stride LR,
+ * Kd [C][.] stride LKr, both fp32). */
+__device__ __forceinline__ void update_unit_tf32(tile &s0, tile &s1, const float *U, int32_t LR,
+                                                 const float *Kd, int32_t LKr, int32_t v0,
+                                                 int32_t n16)
+{
+    const int32_t C = SSM_CHUNK_TOKENS, B = SSM_TC_SUB;
+#pragma unroll 4
+    for (int32_t d = 0; d < C; d += 8) {
+        frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
+        load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
+        load_a_cols(u0, U + d * LR + v0, LR);
+        load_a_cols(u1, U + d * LR + v0 + B, LR);
+        split(k_hi, k_lo, k);
+        split(u0_hi, u0_lo, u0);
+        split(u1_hi, u1_lo, u1);
+        mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
+        mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
+    }
+}
+
+/* Both tiles of a unit rounded to the state's dtype (a chunk's end). */
+template <class State> __device__ __forceinline__ void round_unit(tile &s0, tile &s1)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
+            s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
+        }
+}
+
 } /* namespace tc */
 
 /* grid (chunks, HV, rows), THREADS threads (256, two blocks an SM, or 512),
@@ -694,25 +729,8 @@ __global__ void __launch_bounds__(8 * R, 1)
                     s0.x[h][i] *= d;
                     s1.x[h][i] *= d;
                 }
-#pragma unroll 4
-                for (int32_t d = 0; d < C; d += 8) {
-                    tc::frag k, u0, u1, k_hi, k_lo, u0_hi, u0_lo, u1_hi, u1_lo;
-                    tc::load_b_rows(k, Kd + d * LKr + n16 * B, LKr);
-                    tc::load_a_cols(u0, U + d * LR + pair * 2 * B, LR);
-                    tc::load_a_cols(u1, U + d * LR + pair * 2 * B + B, LR);
-                    tc::split(k_hi, k_lo, k);
-                    tc::split(u0_hi, u0_lo, u0);
-                    tc::split(u1_hi, u1_lo, u1);
-                    tc::mma3(s0, u0_hi, u0_lo, k_hi, k_lo);
-                    tc::mma3(s1, u1_hi, u1_lo, k_hi, k_lo);
-                }
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    s0.x[h][i] = round_to((const State *)0, s0.x[h][i]);
-                    s1.x[h][i] = round_to((const State *)0, s1.x[h][i]);
-                }
+            tc::update_unit_tf32(s0, s1, U, LR, Kd, LKr, pair * 2 * B, n16);
+            tc::round_unit<State>(s0, s1);
             tc::store(col, LK, s0);
             tc::store(col + B * LK, LK, s1);
         }
