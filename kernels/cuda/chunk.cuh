@@ -47,6 +47,18 @@ namespace ssm {
  * token_offsets[r] - piece, 0, SSM_CHUNK_TOKENS). Outputs ([HV][V] per
  * token, Act; out NULL: none) of token t at out + index * out_token with
  * index token_offsets[r] + piece + t, or r * out_row / out_token + t. */
+/* The step's projections and weights, for a tensor-core prepare that runs
+ * the prologue itself (chunk_prologue.cuh) instead of reading the records
+ * of prep.cuh's kernel: `on` false, the records (q, k, g, beta, v below). */
+struct chunk_prologue {
+    bool on;
+    dims d;
+    const void *x, *gate, *beta; /* [token][D], [token][GW], [token][HV]: Act */
+    const float *conv_weight, *conv_bias, *a_log, *dt_bias;
+    void *conv; /* [capacity][layers][conv_rows][D] Act: the slot's window first */
+    int32_t conv_rows;
+};
+
 struct chunk_args {
     int32_t H, HV, K, V, group, gk; /* gk: K (per-channel decay) or 1 */
     const int32_t *counts, *token_offsets;
@@ -69,6 +81,7 @@ struct chunk_args {
     const int32_t *current;
     void *out;
     int64_t out_row, out_token;
+    chunk_prologue pro;
 };
 
 /* Floats of shared memory of one block. */

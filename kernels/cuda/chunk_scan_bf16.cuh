@@ -50,6 +50,8 @@ __global__ void __launch_bounds__(8 * R, 1)
     if (n <= 0)
         return;
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
+    if (a.pro.on && blockIdx.x == 0) /* the window this call's chunks leave */
+        chunk_window_advance<Act>(a, in_row, r, n < chunks * C ? n : chunks * C, h);
     /* chunk_scan_kernel's regions (sized for fp32); a bf16 chunk uses the
        start of W, Qg, Kd, U and QK as bf16 rows, S always holds the pair */
     float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;

@@ -55,6 +55,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/chunk.cuh"
+#include "kernels/cuda/chunk_prologue.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
 
 namespace ssm {
@@ -309,7 +310,7 @@ template <class State> __device__ __forceinline__ void round_unit(tile &s0, tile
  * record of (row, chunk, head) at work + ((row * chunks + chunk) * HV +
  * head) * record floats. With token_offsets a row's tokens are counted from
  * `piece` and not clamped to one chunk. */
-template <int K, int THREADS, class Act, bool BF>
+template <int K, int THREADS, class Act, bool BF, bool FUSED>
 __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     chunk_prepare_kernel(chunk_args a, float *work, int32_t chunks)
 {
@@ -347,8 +348,11 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
 
     /* Stage k, q, beta and the raw log-decays; tokens past c are zeros (their
      * rows of A, T, W and Uv come out zero or unit, so the scan can run
-     * whole 64-token chunks). */
-    {
+     * whole 64-token chunks). FUSED: computed here from the projections. */
+    if constexpr (FUSED) {
+        chunk_prologue_qk<K, THREADS, Act>(a, slot, r, first, c, key_head, qc, kc, LK);
+        chunk_prologue_gates<K, THREADS, Act>(a, slot, r, first, c, h, G, beta);
+    } else {
         const int64_t t_in = first + t_first, column = (int64_t)key_head * K + x;
         const float *k_in = a.k + in_row * a.k_row + t_in * a.k_token + column;
         const float *q_in = a.q + in_row * a.q_row + t_in * a.q_token + column;
@@ -361,20 +365,20 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
             k_in += k_step;
             q_in += q_step;
         }
-    }
-    for (int32_t t = tid; t < C; t += THREADS)
-        beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
-    if (gk == 1) {
         for (int32_t t = tid; t < C; t += THREADS)
-            G[t] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + h] : 0.0f;
-    } else {
-        const float *g_in = a.g + in_row * a.g_row + (int64_t)(first + t_first) * a.g_token +
-                            (int64_t)h * K + x;
-        const int64_t g_step = step * a.g_token;
+            beta[t] = t < c ? a.beta[in_row * a.beta_row + (first + t) * a.beta_token + h] : 0.0f;
+        if (gk == 1) {
+            for (int32_t t = tid; t < C; t += THREADS)
+                G[t] = t < c ? a.g[in_row * a.g_row + (first + t) * a.g_token + h] : 0.0f;
+        } else {
+            const float *g_in = a.g + in_row * a.g_row +
+                                (int64_t)(first + t_first) * a.g_token + (int64_t)h * K + x;
+            const int64_t g_step = step * a.g_token;
 #pragma unroll 16
-        for (int32_t t = t_first; t < C; t += step) {
-            G[t * K + x] = t < c ? *g_in : 0.0f;
-            g_in += g_step;
+            for (int32_t t = t_first; t < C; t += step) {
+                G[t * K + x] = t < c ? *g_in : 0.0f;
+                g_in += g_step;
+            }
         }
     }
     __syncthreads();
@@ -520,18 +524,20 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     }
     /* The chunk's values, loaded into registers now and used after T: the
      * loads run behind the work in between. Warp w takes tokens w, w + 8,
-     * ..., lane l value rows l, l + 32, ... */
-    const Act *values = (const Act *)a.v + in_row * a.v_row + (int64_t)first * a.v_token +
-                        (int64_t)h * V;
-    Act staged[C / WARPS][SSM_TC_MAX_V / 32];
+     * ..., lane l value rows l, l + 32, ... (FUSED: computed after T.) */
+    Act staged[FUSED ? 1 : C / WARPS][FUSED ? 1 : SSM_TC_MAX_V / 32];
+    if constexpr (!FUSED) {
+        const Act *values = (const Act *)a.v + in_row * a.v_row + (int64_t)first * a.v_token +
+                            (int64_t)h * V;
 #pragma unroll
-    for (int32_t i = 0; i < C / WARPS; i++)
+        for (int32_t i = 0; i < C / WARPS; i++)
 #pragma unroll
-        for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
-            const int32_t t = warp + WARPS * i, y = lane + 32 * m;
-            if (t < c && y < V)
-                staged[i][m] = values[(int64_t)t * a.v_token + y];
-        }
+            for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
+                const int32_t t = warp + WARPS * i, y = lane + 32 * m;
+                if (t < c && y < V)
+                    staged[i][m] = values[(int64_t)t * a.v_token + y];
+            }
+    }
     __syncthreads();
     if (gk != 1) {
         /* KDA: beta on A's rows, zeros above the diagonals, QK to the record */
@@ -601,14 +607,17 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
 
     /* Uv = T (beta V), from the values staged above. */
     const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
+    if constexpr (FUSED)
+        chunk_prologue_values<THREADS, Act>(a, slot, r, first, c, h, beta, scratch, LVr);
+    else
 #pragma unroll
-    for (int32_t i = 0; i < C / WARPS; i++)
+        for (int32_t i = 0; i < C / WARPS; i++)
 #pragma unroll
-        for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
-            const int32_t t = warp + WARPS * i, y = lane + 32 * m;
-            if (y < V)
-                scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
-        }
+            for (int32_t m = 0; m < SSM_TC_MAX_V / 32; m++) {
+                const int32_t t = warp + WARPS * i, y = lane + 32 * m;
+                if (y < V)
+                    scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
+            }
     __syncthreads();
     tc::times_T(bf16, T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
     __syncthreads();
@@ -646,6 +655,8 @@ __global__ void __launch_bounds__(8 * R, 1)
         return;
     /* with token_offsets a row may go on past this call's chunks */
     const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
+    if (a.pro.on && blockIdx.x == 0) /* the window this call's chunks leave */
+        chunk_window_advance<Act>(a, in_row, r, n < chunks * C ? n : chunks * C, h);
     float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;
     float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
     float *decay = QK + C * LC;
@@ -770,9 +781,19 @@ template <class F> inline void with_products(const chunk_args &a, F f)
         f(std::false_type());
 }
 
+/* Calls f with a.pro.on as a template argument. */
+template <class F> inline void with_prologue(const chunk_args &a, F f)
+{
+    if (a.pro.on)
+        f(std::true_type());
+    else
+        f(std::false_type());
+}
+
 /* The prepare kernel for `rows` rows of up to `chunks` chunks into `work`
  * (chunk_tc_work_floats): GDN's in blocks of 8 warps, two an SM; KDA's,
- * whose shared memory allows one block an SM, in blocks of 16 warps. */
+ * whose shared memory allows one block an SM, in blocks of 16 warps. With
+ * a.pro.on it runs the prologue itself (chunk_prologue.cuh). */
 template <class State, class Act>
 inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chunks, float *work,
                                  cudaStream_t st)
@@ -783,17 +804,20 @@ inline void launch_chunk_prepare(const chunk_args &a, int32_t rows, int32_t chun
         constexpr int K = decltype(k)::value;
         with_products(a, [&](auto bf) {
             constexpr bool BF = decltype(bf)::value;
-            if (a.gk == 1) {
-                auto kernel = chunk_prepare_kernel<K, SSM_TC_THREADS, Act, BF>;
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)shared);
-                kernel<<<grid, SSM_TC_THREADS, shared, st>>>(a, work, chunks);
-            } else {
-                auto kernel = chunk_prepare_kernel<K, 2 * SSM_TC_THREADS, Act, BF>;
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)shared);
-                kernel<<<grid, 2 * SSM_TC_THREADS, shared, st>>>(a, work, chunks);
-            }
+            with_prologue(a, [&](auto fused) {
+                constexpr bool FUSED = decltype(fused)::value;
+                if (a.gk == 1) {
+                    auto kernel = chunk_prepare_kernel<K, SSM_TC_THREADS, Act, BF, FUSED>;
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)shared);
+                    kernel<<<grid, SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+                } else {
+                    auto kernel = chunk_prepare_kernel<K, 2 * SSM_TC_THREADS, Act, BF, FUSED>;
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)shared);
+                    kernel<<<grid, 2 * SSM_TC_THREADS, shared, st>>>(a, work, chunks);
+                }
+            });
         });
     });
 }

@@ -64,6 +64,7 @@ struct gpu_common {
     bool chunked_prefill;       /* the chunk kernel's shared memory fits: prefill is chunked */
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
     bool prefill_bf16_products; /* ... with bf16 products (prefill_precision = fast) */
+    bool prefill_fused;         /* ... and its prepare runs the prologue (chunk_prologue.cuh) */
 };
 
 /* Bytes of the tensor-core prefill's work records of one chunk (every
@@ -189,6 +190,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * either way. */
     const char *group = getenv("SSMSTATE_CUDA_PREFILL_GROUP");
     g.prefill_group = group && atoi(group) >= 1 && atoi(group) <= 64 ? atoi(group) : 4;
+    /* A measuring knob: SSMSTATE_CUDA_PREFILL_PROLOGUE=fused runs a
+     * tensor-core prefill's prologue inside its prepare kernel (conv width
+     * SSM_CHUNK_PROLOGUE_WIDTH only) instead of a kernel of its own. The
+     * same bits either way. */
+    const char *prologue = getenv("SSMSTATE_CUDA_PREFILL_PROLOGUE");
+    g.prefill_fused = g.tensor_core_prefill && g.d.W == SSM_CHUNK_PROLOGUE_WIDTH &&
+                      prologue && strcmp(prologue, "fused") == 0;
     const char *fast = getenv("SSMSTATE_CUDA_FAST_MATH");
     g.d.fast_math = !(fast && strcmp(fast, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
@@ -626,9 +634,11 @@ inline ssm_status launch_prefill_group(const gpu_common &g, const ssm_step_v1 *s
         pa.records_by_row = true;
         pa.q = g.prefill_q;
         pa.log_decay = true;
-        ssm_status st = launch_prep(g, pa, step->stream, s);
-        if (st != SSM_OK)
-            return st;
+        if (!g.prefill_fused) {
+            ssm_status st = launch_prep(g, pa, step->stream, s);
+            if (st != SSM_OK)
+                return st;
+        }
         chunk_args a = {};
         a.H = d.H;
         a.HV = d.HV;
@@ -666,6 +676,17 @@ inline ssm_status launch_prefill_group(const gpu_common &g, const ssm_step_v1 *s
         a.out = step->io.out;
         a.out_token = (int64_t)d.HV * d.V;
         a.out_row = a.out_token; /* unused with token_offsets */
+        a.pro.on = g.prefill_fused;
+        a.pro.d = pa.d;
+        a.pro.x = pa.x;
+        a.pro.gate = pa.gate;
+        a.pro.beta = pa.beta;
+        a.pro.conv_weight = pa.conv_weight;
+        a.pro.conv_bias = pa.conv_bias;
+        a.pro.a_log = pa.a_log;
+        a.pro.dt_bias = pa.dt_bias;
+        a.pro.conv = pa.conv;
+        a.pro.conv_rows = pa.conv_rows;
         cudaStream_t stream = (cudaStream_t)step->stream;
         bool bf16_state = g.state_dtype == SSM_DTYPE_BF16, bf16_act = g.act_dtype == SSM_DTYPE_BF16;
         if (g.tensor_core_prefill) {
@@ -687,7 +708,7 @@ inline ssm_status launch_prefill_group(const gpu_common &g, const ssm_step_v1 *s
             launch_chunk_typed<float, bf16>(a, step->rows, stream);
         else
             launch_chunk_typed<float, float>(a, step->rows, stream);
-        st = launch_status(s, "chunked prefill kernel");
+        ssm_status st = launch_status(s, "chunked prefill kernel");
         if (st != SSM_OK)
             return st;
     }
