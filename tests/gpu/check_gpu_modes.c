@@ -43,9 +43,9 @@
  *    padding); a graph replay whose device slots name capacity + 3 in one row
  *    raises SSM_FLAG_BAD_SLOT in ssm_ctx_status and changes no other slot
  *    (the twin runs that row as padding; the row's own slot and an acquired
- *    slot outside the batch export as before); a NaN in one row's x flags
- *    that slot SSM_FLAG_NONFINITE_INPUT and no other, whose outputs still
- *    match. A reset clears the flags.
+ *    slot outside the batch export as before); a NaN in one row's x (a
+ *    decode, verify or prefill) flags that slot SSM_FLAG_NONFINITE_INPUT and
+ *    no other, whose outputs still match. A reset clears the flags.
  * 5. long prompt: as 1, two lanes prefill 4096 and 300 tokens over 2 to 5
  *    calls, exports compared after every call, then decodes and
  *    verifies from there; every mode, Qwen3-Next's head shape with an fp32
@@ -219,16 +219,23 @@ static int op_bad_accepted(world *w)
     return world_compare_exports(w);
 }
 
-/* A decode or verify with a NaN in one live row's x (layer 0): that slot,
- * and no other, gets SSM_FLAG_NONFINITE_INPUT on every side; the other rows'
- * outputs and states still match; a reset clears the flag. */
+/* A decode, verify or prefill with a NaN in one live row's x (layer 0):
+ * that slot, and no other, gets SSM_FLAG_NONFINITE_INPUT on every side; the
+ * other rows' outputs and states still match; a reset clears the flag. */
 static int op_nonfinite(world *w)
 {
-    step_kind kind = test_rng_int(&w->rng, 0, 1) ? STEP_VERIFY : STEP_DECODE;
-    w->op = kind == STEP_VERIFY ? "verify with a NaN input" : "decode with a NaN input";
-    int32_t lanes[MAX_ROWS];
+    static const step_kind kinds[3] = {STEP_DECODE, STEP_VERIFY, STEP_PREFILL};
+    static const char *names[3] = {"decode with a NaN input", "verify with a NaN input",
+                                   "prefill with a NaN input"};
+    int k = test_rng_int(&w->rng, 0, 2);
+    step_kind kind = kinds[k];
+    w->op = names[k];
+    int32_t lanes[MAX_ROWS], lengths[MAX_ROWS];
     int32_t rows = world_pick_rows(w, w->lanes, test_rng_int(&w->rng, 0, 1), lanes);
-    step *st = step_make(w, kind, kind == STEP_DECODE ? 1 : w->t_max, rows, lanes, NULL);
+    for (int32_t r = 0; r < rows; r++)
+        lengths[r] = test_rng_int(&w->rng, 1, MAX_PREFILL);
+    int32_t tokens = kind == STEP_DECODE ? 1 : kind == STEP_VERIFY ? w->t_max : 0;
+    step *st = step_make(w, kind, tokens, rows, lanes, kind == STEP_PREFILL ? lengths : NULL);
     int32_t r = 0;
     while (lanes[r] < 0)
         r++;
