@@ -42,16 +42,9 @@ __global__ void __launch_bounds__(8 * R, 1)
     constexpr int32_t LK16 = K + 8, LR16 = R + 8, LC16 = C + 8;
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
-    const int32_t in_row = a.slots ? a.slots[r] : r;
-    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
-                                 blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
+    int32_t in_row, n, row_chunks;
+    if (!tc::scan_row_start<Act>(a, chunks, in_row, n, row_chunks))
         return;
-    const int32_t n = tc::row_tokens(a, r);
-    if (n <= 0)
-        return;
-    const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
-    if (a.pro.on && blockIdx.x == 0) /* the window this call's chunks leave */
-        chunk_window_advance<Act>(a, in_row, r, n < chunks * C ? n : chunks * C, h);
     /* chunk_scan_kernel's regions (sized for fp32); a bf16 chunk uses the
        start of W, Qg, Kd, U and QK as bf16 rows, S always holds the pair */
     float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;

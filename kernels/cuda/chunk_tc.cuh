@@ -199,6 +199,31 @@ __device__ __forceinline__ int32_t row_tokens(const chunk_args &a, int32_t r)
     return a.counts[r];
 }
 
+/* The start both scan kernels share: row blockIdx.z's slot (padding and
+ * bad slots skipped, a bad one flagged by one thread of the grid), its
+ * tokens from this call's piece on and its chunks in this call (with
+ * token_offsets a row may go on past them); false when the block has
+ * nothing to do. With the prologue in the prepare kernel, each (row, value
+ * head)'s first value tile then moves the conv window on to where this
+ * call's chunks leave it (chunk_window_advance). */
+template <class Act>
+__device__ __forceinline__ bool scan_row_start(const chunk_args &a, int32_t chunks,
+                                               int32_t &slot, int32_t &n, int32_t &row_chunks)
+{
+    const int32_t C = SSM_CHUNK_TOKENS, r = blockIdx.z, h = blockIdx.y;
+    slot = a.slots ? a.slots[r] : r;
+    if (a.slots && !slot_is_live(slot, a.capacity, a.flags,
+                                 blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
+        return false;
+    n = row_tokens(a, r);
+    if (n <= 0)
+        return false;
+    row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
+    if (a.pro.on && blockIdx.x == 0)
+        chunk_window_advance<Act>(a, slot, r, n < chunks * C ? n : chunks * C, h);
+    return true;
+}
+
 /* Tile (I, J) of a chunk's outputs, from O (C x R, stride LR) to the
  * row's tokens: token t0 + t of row r, value row e0 + v of head h, rows
  * past the chunk's c tokens or the head's live rows skipped; a warp's
@@ -646,17 +671,9 @@ __global__ void __launch_bounds__(8 * R, 1)
     const int32_t LK = tc_pad(K), LKr = tc_pad_rows(K), LC = tc_pad(C), LR = tc_pad_rows(R);
     const int32_t r = blockIdx.z, h = blockIdx.y, e0 = blockIdx.x * R;
     const int32_t tid = threadIdx.x, warp = tid >> 5;
-    const int32_t in_row = a.slots ? a.slots[r] : r;
-    if (a.slots && !slot_is_live(in_row, a.capacity, a.flags,
-                                 blockIdx.x == 0 && h == 0 && threadIdx.x == 0))
+    int32_t in_row, n, row_chunks;
+    if (!tc::scan_row_start<Act>(a, chunks, in_row, n, row_chunks))
         return;
-    const int32_t n = tc::row_tokens(a, r);
-    if (n <= 0)
-        return;
-    /* with token_offsets a row may go on past this call's chunks */
-    const int32_t row_chunks = (n + C - 1) / C < chunks ? (n + C - 1) / C : chunks;
-    if (a.pro.on && blockIdx.x == 0) /* the window this call's chunks leave */
-        chunk_window_advance<Act>(a, in_row, r, n < chunks * C ? n : chunks * C, h);
     float *S = shared, *W = S + R * LKr, *Qg = W + C * LK, *Kd = Qg + C * LK;
     float *Uv = Kd + C * LKr, *U = Uv + C * LR, *O = U + C * LR, *QK = O + C * LR;
     float *decay = QK + C * LC;
