@@ -16,6 +16,14 @@
  * block is 4 independent warps. The results are not compared with anything:
  * the update is the recurrence's, but the sums' order differs by layout.
  *
+ * And replay's decode without its history: o = e^g S0 q per value row, the
+ * checkpoint read and nothing written ("read32 R8", "read32 R16": fla's
+ * layout, the rows' loads written before any sum, no shared memory, no
+ * barrier; ptxas keeps 36 registers a thread, so it interleaves them), its
+ * GB/s and share of the copy's rate counted on the bytes read: how near
+ * the copy's rate a read-only product over the checkpoint runs when nothing
+ * waits on a chain of small loads first.
+ *
  * Beside them: rows8 writing its state to another buffer ("rows8 out"), a
  * copy kernel in place and to another buffer with the same code ("copy4 in",
  * "copy4 out"), cudaMemcpyAsync, and the prologue's memory and math alone
@@ -146,6 +154,33 @@ __global__ void __launch_bounds__(128) lanes32_kernel(float *state, inputs in, i
 #pragma unroll
     for (int i = 0; i < R; i++)
         *(float4 *)(s_head + (size_t)i * K) = s[i];
+    if (lane < R)
+        in.out[((size_t)b * HV + h) * V + row0 + lane] = o;
+}
+
+/* The checkpoint's product alone, in lanes32's layout: R rows a warp. */
+template <int R>
+__global__ void __launch_bounds__(128) read32_kernel(const float *state, inputs in, int B)
+{
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    const int slabs = V / R, b = warp / (HV * slabs), h = (warp / slabs) % HV;
+    if (b >= B)
+        return;
+    const int row0 = (warp % slabs) * R;
+    const float *s_head = state + ((size_t)b * HV + h) * V * K + (size_t)row0 * K + lane * 4;
+    float4 s[R];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        s[i] = *(const float4 *)(s_head + (size_t)i * K);
+    const float4 q = *(const float4 *)(in.q + ((size_t)b * H + h / 2) * K + lane * 4);
+    const float decay = in.decay[b * HV + h];
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float out = sum_lanes(fmaf(s[i].x, q.x, fmaf(s[i].y, q.y, fmaf(s[i].z, q.z, s[i].w * q.w))), 32);
+        if (lane == i)
+            o = decay * out;
+    }
     if (lane < R)
         in.out[((size_t)b * HV + h) * V + row0 + lane] = o;
 }
@@ -335,6 +370,14 @@ int main(int argc, char **argv)
         for (const row &r : rows)
             printf("%6d  %-12s %10.2f %10.1f %8.1f\n", B, r.name, r.us, bytes / r.us / 1e3,
                    100.0 * copy / r.us);
+        /* read only: half the copy's bytes, the share taken of the copy's GB/s */
+        float read8 = median_us([&] { read32_kernel<8><<<(warps8 + 3) / 4, 128>>>(state, in, B); });
+        float read16 =
+            median_us([&] { read32_kernel<16><<<(warps16 + 3) / 4, 128>>>(state, in, B); });
+        const row reads[] = {{"read32 R8", read8}, {"read32 R16", read16}};
+        for (const row &r : reads)
+            printf("%6d  %-12s %10.2f %10.1f %8.1f   (bytes read only)\n", B, r.name, r.us,
+                   bytes / 2 / r.us / 1e3, 100.0 * (bytes / 2 / r.us) / (bytes / copy));
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             printf("CUDA error: %s\n", cudaGetErrorString(e));
