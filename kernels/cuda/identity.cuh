@@ -348,69 +348,56 @@ __device__ __forceinline__ void identity_early_u(const tile_args &a, const ident
     }
 }
 
-/* grid (rows * identity_row_blocks(V, ROWS), HV), SSM_IDENTITY_THREADS
- * threads, E = K / 8 (the fold's layout), ROWS value rows a block
- * (a compile-time constant: the GDN kernel lives at 96 registers, where a
- * runtime count spilled), identity_shared_bytes(history + T_max, T, d, ROWS)
- * dynamic shared memory;
- * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
- * then have a bound the compiler knows). */
-template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
-__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
+/* The new tokens in shared memory, as identity_stage_tokens leaves them
+ * (identity_shared_bytes counts them). */
+struct identity_tokens {
+    float *kp, *qp; /* normalized k_p, q_p: [T][K] */
+    float *kd, *qd; /* KDA: k_p, q_p times e^{G_p} per channel; GDN: kp, qp */
+    float *gs, *ge; /* G_p as sum and error: [T] (GDN) or [T][K] (KDA) */
+    float *bt;      /* beta_p: [T] */
+    float *vp;      /* v_p of the block's value rows: [T][rows_max] */
+    float *end;     /* the first float after them */
+    int32_t rows_max;
+};
+
+template <bool KDA>
+__device__ __forceinline__ identity_tokens identity_tokens_at(float *at, const dims &d, int32_t T,
+                                                              int32_t rows_max)
 {
-    extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
-    float *shared = (float *)shared_vectors;
+    identity_tokens t;
+    const int32_t gate_len = KDA ? T * d.K : T;
+    t.kp = at;
+    t.qp = t.kp + T * d.K;
+    t.kd = KDA ? t.qp + T * d.K : t.kp;
+    t.qd = KDA ? t.kd + T * d.K : t.qp;
+    t.gs = t.qd + T * d.K;
+    t.ge = t.gs + gate_len;
+    t.bt = t.ge + gate_len;
+    t.vp = t.bt + T;
+    t.end = t.vp + T * rows_max;
+    t.rows_max = rows_max;
+    return t;
+}
+
+/* The new tokens' G_p, beta_p, v_p of `rows` value rows from row0, and
+ * normalized k and q (KDA: also times e^{G_p}), into s, by a block of
+ * SSM_IDENTITY_THREADS threads, thread i holding row row0 + i. Loads go in
+ * batches with no branch between them (a lane past the end loads a real
+ * element and drops it), all before the batch's first store, so their
+ * latencies overlap (T <= MAXT <= SSM_IDENTITY_THREADS). No barrier: the
+ * caller's comes before any read. */
+template <int MAXT, bool KDA, class Act>
+__device__ __forceinline__ void identity_stage_tokens(const tile_args &a, const identity_ring &g,
+                                                      int32_t slot, int32_t h, int32_t row0,
+                                                      int32_t rows, int32_t T,
+                                                      const identity_tokens &s)
+{
     const dims &d = a.d;
-    const int32_t T = EXACT ? MAXT : a.tokens, h = blockIdx.y;
-    static_assert(ROWS <= SSM_IDENTITY_THREADS, "one thread a value row");
-    constexpr int32_t per_block = ROWS;
-    const int32_t row_blocks = identity_row_blocks(d.V, per_block);
-    const int32_t r = blockIdx.x / row_blocks;
-    const int32_t row0 = (blockIdx.x % row_blocks) * per_block;
-    const int32_t rows = d.V - row0 < per_block ? d.V - row0 : per_block;
-    const int32_t v = row0 + threadIdx.x; /* this thread's value row, when threadIdx.x < rows */
-    const int32_t slot = a.slots[r];
-    if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
-        return;
-    /* The prologue before this kernel writes the records and q, the fold
-     * job (unless a.fold_inside) the checkpoints of the rows that fold; the
-     * ring's cursors move only in commits, before the step. With
-     * a.fold_inside the kernel follows the prologue directly: a row that
-     * does not fold asks for its checkpoint at once, while the prologue may
-     * still run, and waits for it only before reading what it writes; a row
-     * that folds first folds its rows of the checkpoint through the ring
-     * (the barrier then makes the stores visible to the block's loads). */
-    const identity_ring g = identity_ring_of(a, slot);
-    const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
-    const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
-    const int32_t buffer = identity_block_rows(d.V, per_block) * SSM_IDENTITY_STRIDE;
-    float *staged = shared;
-    const bool asked_early = !g.folded && a.fold_inside;
-    if (asked_early)
-        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
-    griddep_wait();
-    if (!asked_early) {
-        if (g.folded && a.fold_inside) {
-            identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
-            __syncthreads();
-        }
-        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
-    }
-
     const record_layout &lay = a.ring_layout;
-    const int32_t kept = g.kept, key_head = h / d.group;
-    const int32_t rows_max = identity_block_rows(d.V, per_block), gate_len = KDA ? T * d.K : T;
-    float *kp = staged + 2 * buffer, *qp = kp + T * d.K;
-    float *kd = KDA ? qp + T * d.K : kp, *qd = KDA ? kd + T * d.K : qp;
-    float *gs = qd + T * d.K, *ge = gs + gate_len, *bt = ge + gate_len;
-    float *vp = bt + T, *wk = vp + T * rows_max, *wq = wk + (kept + T) * T;
-    const int32_t row = (int32_t)threadIdx.x < rows ? v : row0; /* a real row to load */
-
-    /* The new tokens' G_p, beta_p, v_p of the block's rows, and normalized k
-     * and q (KDA: also times e^{G_p}). Loads go in batches with no branch
-     * between them (a lane past the end loads a real element and drops it),
-     * all before the batch's first store, so their latencies overlap
-     * (T <= MAXT <= SSM_IDENTITY_THREADS). */
+    const int32_t kept = g.kept, key_head = h / d.group, rows_max = s.rows_max;
+    const int32_t row = (int32_t)threadIdx.x < rows ? row0 + (int32_t)threadIdx.x : row0;
+    float *kp = s.kp, *qp = s.qp, *kd = s.kd, *qd = s.qd, *gs = s.gs, *ge = s.ge, *bt = s.bt,
+          *vp = s.vp;
     float gate_sum = 0.0f, gate_error = 0.0f, beta = 0.0f, values[MAXT];
     {
         const int32_t mine = (int32_t)threadIdx.x < T ? (int32_t)threadIdx.x : 0;
@@ -467,6 +454,116 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
                 break;
             vp[p * rows_max + threadIdx.x] = values[p];
         }
+}
+
+/* e^{G_p} on the checkpoint's products of GDN's tokens (KDA's carry their
+ * decays per channel already). */
+template <int MAXT, bool KDA>
+__device__ __forceinline__ void identity_checkpoint_decay(const dims &d, int32_t T,
+                                                          const float *gs, const float *ge,
+                                                          float (&sk)[MAXT], float (&sq)[MAXT])
+{
+#pragma unroll
+    for (int p = 0; p < MAXT; p++) {
+        float decay0 = KDA || p >= T ? 1.0f : dev_expf(d, gs[p] + ge[p]);
+        sk[p] *= decay0;
+        sq[p] *= decay0;
+    }
+}
+
+/* Value row v of the block's `local`-th row of row r through the new tokens,
+ * once sk and sq hold the checkpoint's and the history's terms: each
+ * token's r_p takes the earlier new tokens' terms, then
+ * u_p = beta_p (v_p - r_p) goes into record p (later steps read it) and
+ * o_p = sq_p + w^q_{pp} u_p out. */
+template <int MAXT, class Act>
+__device__ __forceinline__ void identity_new_tokens(const tile_args &a, const identity_ring &g,
+                                                    int32_t r, int32_t h, int32_t v,
+                                                    int32_t local, int32_t T,
+                                                    const identity_tokens &s, const float *wk,
+                                                    const float *wq, float (&sk)[MAXT],
+                                                    float (&sq)[MAXT])
+{
+    const dims &d = a.d;
+    const int32_t kept = g.kept;
+    float un[MAXT];
+#pragma unroll
+    for (int p = 0; p < MAXT; p++) {
+        if (p >= T)
+            break;
+#pragma unroll
+        for (int m = 0; m < p; m++) {
+            sk[p] = fmaf(wk[(kept + m) * T + p], un[m], sk[p]);
+            sq[p] = fmaf(wq[(kept + m) * T + p], un[m], sq[p]);
+        }
+        uint8_t *record = (uint8_t *)identity_record(a, g, kept + p);
+        float u = s.bt[p] * (s.vp[p * s.rows_max + local] - sk[p]);
+        un[p] = u;
+        ((float *)(record + a.ring_layout.u))[(int64_t)h * d.V + v] = u;
+        float o = fmaf(wq[(kept + p) * T + p], u, sq[p]);
+        store((Act *)a.out + (((int64_t)r * T + p) * d.HV + h) * d.V + v, o);
+    }
+}
+
+/* grid (rows * identity_row_blocks(V, ROWS), HV), SSM_IDENTITY_THREADS
+ * threads, E = K / 8 (the fold's layout), ROWS value rows a block
+ * (a compile-time constant: the GDN kernel lives at 96 registers, where a
+ * runtime count spilled), identity_shared_bytes(history + T_max, T, d, ROWS)
+ * dynamic shared memory;
+ * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
+ * then have a bound the compiler knows). */
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
+__global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
+{
+    extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
+    float *shared = (float *)shared_vectors;
+    const dims &d = a.d;
+    const int32_t T = EXACT ? MAXT : a.tokens, h = blockIdx.y;
+    static_assert(ROWS <= SSM_IDENTITY_THREADS, "one thread a value row");
+    constexpr int32_t per_block = ROWS;
+    const int32_t row_blocks = identity_row_blocks(d.V, per_block);
+    const int32_t r = blockIdx.x / row_blocks;
+    const int32_t row0 = (blockIdx.x % row_blocks) * per_block;
+    const int32_t rows = d.V - row0 < per_block ? d.V - row0 : per_block;
+    const int32_t v = row0 + threadIdx.x; /* this thread's value row, when threadIdx.x < rows */
+    const int32_t slot = a.slots[r];
+    if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
+        return;
+    /* The prologue before this kernel writes the records and q, the fold
+     * job (unless a.fold_inside) the checkpoints of the rows that fold; the
+     * ring's cursors move only in commits, before the step. With
+     * a.fold_inside the kernel follows the prologue directly: a row that
+     * does not fold asks for its checkpoint at once, while the prologue may
+     * still run, and waits for it only before reading what it writes; a row
+     * that folds first folds its rows of the checkpoint through the ring
+     * (the barrier then makes the stores visible to the block's loads). */
+    const identity_ring g = identity_ring_of(a, slot);
+    const float *first_row = state_head<float>(a, slot, a.layer, 0, h) + (int64_t)row0 * d.K;
+    const int32_t chunks = d.K / SSM_IDENTITY_CHUNK;
+    const int32_t buffer = identity_block_rows(d.V, per_block) * SSM_IDENTITY_STRIDE;
+    float *staged = shared;
+    const bool asked_early = !g.folded && a.fold_inside;
+    if (asked_early)
+        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
+    griddep_wait();
+    if (!asked_early) {
+        if (g.folded && a.fold_inside) {
+            identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
+            __syncthreads();
+        }
+        identity_stage_first(staged, first_row, rows, d, chunks, buffer);
+    }
+
+    const record_layout &lay = a.ring_layout;
+    const int32_t kept = g.kept, key_head = h / d.group;
+    const int32_t rows_max = identity_block_rows(d.V, per_block);
+    const int32_t row = (int32_t)threadIdx.x < rows ? v : row0; /* a real row to load */
+
+    const identity_tokens tokens = identity_tokens_at<KDA>(staged + 2 * buffer, d, T, rows_max);
+    const float *kp = tokens.kp, *qp = tokens.qp, *kd = tokens.kd, *qd = tokens.qd,
+                *gs = tokens.gs, *ge = tokens.ge;
+    float *wk = tokens.end, *wq = wk + (kept + T) * T;
+    identity_stage_tokens<MAXT, KDA, Act>(a, g, slot, h, row0, rows, T, tokens);
     __syncthreads();
 
     /* This row's products with every token, chunk by chunk; the weights
@@ -502,19 +599,14 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
 
     /* The row through the tokens: e^{G_p} S0 k_p, the history's terms in
      * record order, then the earlier new tokens'. */
-    float un[MAXT];
-#pragma unroll
-    for (int p = 0; p < MAXT; p++) {
-        float decay0 = KDA || p >= T ? 1.0f : dev_expf(d, gs[p] + ge[p]);
-        sk[p] *= decay0;
-        sq[p] *= decay0;
-    }
+    identity_checkpoint_decay<MAXT, KDA>(d, T, gs, ge, sk, sq);
 #pragma unroll
     for (int m = 0; m < SSM_IDENTITY_EARLY; m++) {
         if (m >= kept)
             break;
         identity_add_record<MAXT>(wk, wq, m, T, early[m], sk, sq);
     }
+    constexpr int BATCH = 4;
     for (int32_t m0 = SSM_IDENTITY_EARLY; m0 < kept; m0 += BATCH) {
         float u[BATCH]; /* a batch of records' u, asked for together */
 #pragma unroll
@@ -529,22 +621,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
             identity_add_record<MAXT>(wk, wq, m0 + j, T, u[j], sk, sq);
         }
     }
-#pragma unroll
-    for (int p = 0; p < MAXT; p++) {
-        if (p >= T)
-            break;
-#pragma unroll
-        for (int m = 0; m < p; m++) {
-            sk[p] = fmaf(wk[(kept + m) * T + p], un[m], sk[p]);
-            sq[p] = fmaf(wq[(kept + m) * T + p], un[m], sq[p]);
-        }
-        uint8_t *record = (uint8_t *)identity_record(a, g, kept + p);
-        float u = bt[p] * (vp[p * rows_max + threadIdx.x] - sk[p]);
-        un[p] = u;
-        ((float *)(record + lay.u))[(int64_t)h * d.V + v] = u;
-        float o = fmaf(wq[(kept + p) * T + p], u, sq[p]);
-        store((Act *)a.out + (((int64_t)r * T + p) * d.HV + h) * d.V + v, o);
-    }
+    identity_new_tokens<MAXT, Act>(a, g, r, h, v, threadIdx.x, T, tokens, wk, wq, sk, sq);
 }
 
 } /* namespace ssm */

@@ -595,6 +595,14 @@ static const ssm_model_dims shapes[] = {
  * native and replay's identity outputs only (identity.cuh's row blocks). */
 static const ssm_model_dims wide_heads = DIMS(SSM_MODEL_GDN, 2, 2, 2, 32, 160, 0);
 
+/* Shapes of the identity kernel that reads the checkpoint into registers
+ * (K = 128, value rows in blocks of 64), run like wide_heads: KDA, and GDN
+ * with grouped value heads four row blocks wide. */
+static const ssm_model_dims direct_heads[] = {
+    DIMS(SSM_MODEL_KDA, 2, 2, 2, 128, 128, 1),
+    DIMS(SSM_MODEL_GDN, 2, 1, 2, 128, 256, 0),
+};
+
 /* state, activations */
 static const ssm_dtype dtypes[][2] = {
     {SSM_DTYPE_F32, SSM_DTYPE_F32},
@@ -650,6 +658,10 @@ int main(void)
     for (int k = 0; k < VARIANTS; k += VARIANTS - 1) { /* native, replay identity */
         setup su = {wide_heads, SSM_DTYPE_F32, SSM_DTYPE_BF16};
         report(&t, case_modes(&su, variants[k], salt++, desc, sizeof desc), desc);
+        for (int i = 0; i < 2; i++) {
+            setup sd = {direct_heads[i], SSM_DTYPE_F32, i ? SSM_DTYPE_F32 : SSM_DTYPE_BF16};
+            report(&t, case_modes(&sd, variants[k], salt++, desc, sizeof desc), desc);
+        }
     }
     /* Conv widths other than 4, every mode: 2 and 3 (the one-launch conv
        and the prologue kernel's width-4 build with the width a run-time

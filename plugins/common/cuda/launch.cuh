@@ -16,7 +16,7 @@
 #include "kernels/cuda/chunk_tc.cuh"
 #include "kernels/cuda/commit.cuh"
 #include "kernels/cuda/fused.cuh"
-#include "kernels/cuda/identity.cuh"
+#include "kernels/cuda/identity_direct.cuh"
 #include "kernels/cuda/pending.cuh"
 #include "ssmstate/plugin.h"
 
@@ -50,6 +50,7 @@ struct gpu_common {
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
+    bool identity_direct;      /* ... and reads the checkpoint into registers (identity_direct.cuh) */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t prefill_group; /* tokens a prefill's prologue block takes (prep_group_tokens) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -171,6 +172,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * B = 256 (H100). The same bits either way. */
     const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
     g.identity_fold_inside = !(fold && strcmp(fold, "job") == 0);
+    /* A measuring knob: SSMSTATE_CUDA_IDENTITY=direct runs replay's
+     * identity steps of up to 4 tokens at K = 128 on identity_direct.cuh's
+     * kernel (the checkpoint into registers) instead of identity.cuh's
+     * (staged through shared memory). The same committed state either way;
+     * outputs within the identity's bound. */
+    const char *identity = getenv("SSMSTATE_CUDA_IDENTITY");
+    g.identity_direct = identity && strcmp(identity, "direct") == 0;
     /* One-token tile jobs stage two tiles ahead of the one they update
      * (48 KiB of shared memory a block); SSMSTATE_CUDA_DECODE_STAGES=2
      * stages one. The same bits either way. */
@@ -998,6 +1006,36 @@ inline void launch_identity_keys(const tile_args &a, int32_t rows, cudaStream_t 
     }
 }
 
+template <int TP, bool KDA, class Act>
+inline void launch_identity_direct_typed(const tile_args &a, cudaStream_t st)
+{
+    dim3 grid((unsigned)a.rows * (unsigned)(a.d.V / SSM_DIRECT_ROWS), a.d.HV);
+    size_t shared = identity_direct_shared_bytes(a.history, a.tokens, a.d);
+    cudaFuncSetAttribute(identity_direct_kernel<TP, KDA, Act>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    launch_kernel(identity_direct_kernel<TP, KDA, Act>, grid, dim3(SSM_DIRECT_THREADS), shared,
+                  st, a.after_prep, a);
+}
+
+template <bool KDA, class Act>
+inline void launch_identity_direct_places(const tile_args &a, cudaStream_t st)
+{
+    switch (identity_direct_places(a.tokens)) {
+    case 1: launch_identity_direct_typed<1, KDA, Act>(a, st); break;
+    case 2: launch_identity_direct_typed<2, KDA, Act>(a, st); break;
+    default: launch_identity_direct_typed<4, KDA, Act>(a, st); break;
+    }
+}
+
+/* identity_direct.cuh's kernel for a step it fits (identity_direct_fits). */
+template <class Act> inline void launch_identity_direct(const tile_args &a, cudaStream_t st)
+{
+    if (a.d.kda)
+        launch_identity_direct_places<true, Act>(a, st);
+    else
+        launch_identity_direct_places<false, Act>(a, st);
+}
+
 /* Replay's output-only step through the identity (fp32 state): the rows
  * whose ring would overflow fold first, by default in identity.cuh's
  * kernel's own blocks (10% faster at B = 256 on an H100) or, with
@@ -1022,7 +1060,12 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     cudaStream_t cs = (cudaStream_t)stream;
     b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
     const int32_t rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
-    if (g.act_dtype == SSM_DTYPE_BF16)
+    if (g.identity_direct && identity_direct_fits(a.d, a.tokens)) {
+        if (g.act_dtype == SSM_DTYPE_BF16)
+            launch_identity_direct<bf16>(b, cs);
+        else
+            launch_identity_direct<float>(b, cs);
+    } else if (g.act_dtype == SSM_DTYPE_BF16)
         launch_identity_keys<bf16>(b, rows, cs);
     else
         launch_identity_keys<float>(b, rows, cs);

@@ -1,0 +1,230 @@
+/* Replay outputs through the replay identity (identity.cuh's math) with the
+ * checkpoint's product asked for straight into registers, the peers' layout
+ * for a matrix-vector product over a state that is only read.
+ *
+ * A block of SSM_DIRECT_THREADS threads holds SSM_DIRECT_ROWS value rows of
+ * one (row, value head); warp w owns SSM_DIRECT_WARP_ROWS of them, and lane
+ * l holds key channels 4l .. 4l + 3 of each (K = SSM_DIRECT_K). At entry,
+ * with only the slot's and the ring cursors' loads before the addresses,
+ * every lane asks for its sixteen 16-byte pieces of the checkpoint (the
+ * block's 32 KiB in flight at once, no shared memory and no barrier on
+ * their path) and the block asks, through cp.async, for the history's u of
+ * its rows. Only then does it wait for the prologue, stage the new tokens
+ * and form the weights (identity.cuh), while the pieces arrive.
+ *
+ * Each lane's products with the tokens' k and q, 2 TP a row over its four
+ * channels, leave the warp through warp_sum_scatter (a butterfly that
+ * halves the values it carries at each step: 31 shuffles for 32 sums), so
+ * a lane ends with one row's sum of one vector. Thread i < SSM_DIRECT_ROWS
+ * then runs row i through the history (records in order, their u from
+ * shared memory) and the new tokens, as identity.cuh's kernel does.
+ *
+ * Every sum has one fixed order, so the outputs do not depend on the
+ * launch; they are not identity.cuh's bits (the checkpoint's products sum
+ * in another order), a form of the same identity within the same bound.
+ * The u a step writes into its records feed later steps' outputs only: the
+ * fold, and so the committed state, reads k, v, the decays and beta. A row
+ * whose ring would overflow folds first, in a fold job before the kernel
+ * or in the block (identity_fold, whose tile block this block is). */
+#ifndef SSM_KERNELS_CUDA_IDENTITY_DIRECT_CUH
+#define SSM_KERNELS_CUDA_IDENTITY_DIRECT_CUH
+
+#include "kernels/cuda/identity.cuh"
+
+namespace ssm {
+
+#define SSM_DIRECT_THREADS 128 /* threads of a block: a tile block, for identity_fold */
+#define SSM_DIRECT_WARP_ROWS 16 /* value rows a warp holds */
+#define SSM_DIRECT_ROWS (SSM_DIRECT_THREADS / 32 * SSM_DIRECT_WARP_ROWS) /* a block's rows */
+#define SSM_DIRECT_K 128 /* key channels: four a lane */
+
+static_assert(SSM_DIRECT_THREADS == SSM_IDENTITY_THREADS,
+              "the block stages tokens and folds as identity.cuh's does");
+
+/* Whether the direct kernel takes a step of `tokens` tokens of shape d. */
+__host__ __device__ inline bool identity_direct_fits(const dims &d, int32_t tokens)
+{
+    return d.K == SSM_DIRECT_K && d.V % SSM_DIRECT_ROWS == 0 && tokens >= 1 && tokens <= 4;
+}
+
+/* Token places a kernel holds for T tokens: 1, 2 or 4 (sums a row: 2 TP). */
+__host__ __device__ inline int32_t identity_direct_places(int32_t tokens)
+{
+    return tokens == 1 ? 1 : tokens == 2 ? 2 : 4;
+}
+
+/* Shared memory of one block for a ring of `history` records and T
+ * tokens: the staged tokens, the weights, the history's u of the block's
+ * rows (from a 16-byte boundary) and the rows' sums. */
+__host__ __device__ inline size_t identity_direct_shared_bytes(int32_t history, int32_t tokens,
+                                                               const dims &d)
+{
+    size_t T = (size_t)tokens, L = (size_t)history, R = SSM_DIRECT_ROWS;
+    size_t TP = (size_t)identity_direct_places(tokens);
+    size_t keys = d.kda ? 4 : 2, gates = d.kda ? 2 * T * d.K : 2 * T;
+    return sizeof(float) * (keys * T * d.K + gates + T + T * R /* identity_tokens */
+                            + 2 * (L + T) * T                  /* w^k, w^q */
+                            + 3 + L * R                        /* the history's u */
+                            + 2 * TP * R);                     /* the rows' sums */
+}
+
+/* Sums N values (a power of two, at most 32) over the 32 lanes of a warp:
+ * lane l ends with the sum of value l / (32 / N). Each step sends half of
+ * the values a lane carries to the lane `offset` away and adds the other
+ * half to what comes back, so the lane carries half as many; when one is
+ * left, plain butterflies finish it. One fixed order. */
+template <int N>
+__device__ __forceinline__ float warp_sum_scatter(float (&v)[N])
+{
+    static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a power of two up to 32");
+    const int32_t lane = threadIdx.x & 31;
+    constexpr int STEPS = N == 32 ? 5 : N == 16 ? 4 : N == 8 ? 3 : N == 4 ? 2 : N == 2 ? 1 : 0;
+#pragma unroll
+    for (int step = 0; step < STEPS; step++) {
+        const int n = N >> step, offset = 16 >> step;
+        const bool upper = (lane & offset) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            float send = upper ? v[i] : v[i + n / 2];
+            float keep = upper ? v[i + n / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+        }
+    }
+    float sum = v[0];
+#pragma unroll
+    for (int offset = 16 >> STEPS; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    return sum;
+}
+
+/* Asks for this lane's pieces of its warp's rows of the checkpoint. */
+__device__ __forceinline__ void direct_ask_rows(float4 (&s)[SSM_DIRECT_WARP_ROWS],
+                                                const float *lane_first)
+{
+#pragma unroll
+    for (int i = 0; i < SSM_DIRECT_WARP_ROWS; i++)
+        s[i] = *(const float4 *)(lane_first + i * SSM_DIRECT_K);
+}
+
+/* Asks (cp.async, one group) for the u of the block's rows of the `kept`
+ * history records, into us[m * SSM_DIRECT_ROWS + row]. */
+__device__ __forceinline__ void direct_ask_history(const tile_args &a, const identity_ring &g,
+                                                   int32_t h, int32_t row0, float *us)
+{
+    constexpr int32_t pieces = SSM_DIRECT_ROWS / 4; /* 16-byte pieces of a record's rows */
+    for (int32_t i = threadIdx.x; i < g.kept * pieces; i += SSM_DIRECT_THREADS) {
+        int32_t m = i / pieces, c = (i % pieces) * 4;
+        const float *u = (const float *)(identity_record(a, g, m) + a.ring_layout.u);
+        copy_chunk_async(us + m * SSM_DIRECT_ROWS + c, u + (int64_t)h * a.d.V + row0 + c, true);
+    }
+    copy_async_commit();
+}
+
+/* This warp's rows' products with the staged tokens into sums[row][2 TP]
+ * (k then q of each token; tokens past T give zeros): groups of 16 / TP
+ * rows, 32 sums a group, through warp_sum_scatter. */
+template <int TP>
+__device__ __forceinline__ void direct_products(const float4 (&s)[SSM_DIRECT_WARP_ROWS],
+                                                const float *kd, const float *qd, int32_t T,
+                                                float *sums)
+{
+    constexpr int G = SSM_DIRECT_WARP_ROWS / TP; /* rows a group */
+    const int32_t lane = threadIdx.x & 31;
+#pragma unroll
+    for (int g0 = 0; g0 < SSM_DIRECT_WARP_ROWS; g0 += G) {
+        float part[32];
+#pragma unroll
+        for (int p = 0; p < TP; p++) {
+            float k[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (p < T) {
+                load4(kd + p * SSM_DIRECT_K + 4 * lane, k);
+                load4(qd + p * SSM_DIRECT_K + 4 * lane, q);
+            }
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                const float4 x = s[g0 + j];
+                float ak = x.x * k[0], aq = x.x * q[0];
+                ak = fmaf(x.y, k[1], ak), aq = fmaf(x.y, q[1], aq);
+                ak = fmaf(x.z, k[2], ak), aq = fmaf(x.z, q[2], aq);
+                ak = fmaf(x.w, k[3], ak), aq = fmaf(x.w, q[3], aq);
+                part[j * 2 * TP + 2 * p] = ak;
+                part[j * 2 * TP + 2 * p + 1] = aq;
+            }
+        }
+        sums[g0 * 2 * TP + lane] = warp_sum_scatter<32>(part);
+    }
+}
+
+/* grid (rows * V / SSM_DIRECT_ROWS, HV), SSM_DIRECT_THREADS threads,
+ * identity_direct_shared_bytes(history, T, d) dynamic shared memory;
+ * identity_direct_fits(d, T), TP = identity_direct_places(T). */
+template <int TP, bool KDA, class Act>
+__global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(tile_args a)
+{
+    extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
+    float *shared = (float *)shared_vectors;
+    const dims &d = a.d;
+    const int32_t T = a.tokens, h = blockIdx.y;
+    const int32_t row_blocks = d.V / SSM_DIRECT_ROWS;
+    const int32_t r = blockIdx.x / row_blocks, row0 = (blockIdx.x % row_blocks) * SSM_DIRECT_ROWS;
+    const int32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t slot = a.slots[r];
+    if (!slot_is_live(slot, a.capacity, a.flags, row0 == 0 && h == 0 && threadIdx.x == 0))
+        return;
+    /* As in identity.cuh's kernel: what comes before the prologue's wait
+     * is what no prologue writes (the cursors, the history, and the
+     * checkpoint of a row that does not fold). */
+    const identity_ring g = identity_ring_of(a, slot);
+    const int32_t kept = g.kept;
+    const identity_tokens tokens = identity_tokens_at<KDA>(shared, d, T, SSM_DIRECT_ROWS);
+    float *wk = tokens.end, *wq = wk + (kept + T) * T;
+    float *us = wq + (kept + T) * T;
+    us += (4 - ((uintptr_t)us / sizeof(float)) % 4) % 4; /* 16-byte pieces */
+    float *sums = us + a.history * SSM_DIRECT_ROWS;
+    const float *lane_first = state_head<float>(a, slot, a.layer, 0, h) +
+                              (int64_t)(row0 + warp * SSM_DIRECT_WARP_ROWS) * d.K + 4 * lane;
+    float4 s[SSM_DIRECT_WARP_ROWS];
+    if (!g.folded)
+        direct_ask_rows(s, lane_first);
+    direct_ask_history(a, g, h, row0, us);
+    griddep_wait();
+    if (g.folded) {
+        if (a.fold_inside) {
+            identity_fold<SSM_DIRECT_K / 8, KDA, Act>(a, slot, h, row0, SSM_DIRECT_ROWS);
+            __syncthreads(); /* the block's stores before its loads */
+        }
+        direct_ask_rows(s, lane_first);
+    }
+    identity_stage_tokens<TP, KDA, Act>(a, g, slot, h, row0, SSM_DIRECT_ROWS, T, tokens);
+    __syncthreads();
+    /* GDN's weights are formed while the checkpoint's pieces arrive; KDA's
+     * hold three times the registers, which the pieces leave only once
+     * they are used. */
+    if (!KDA)
+        identity_all_weights<KDA>(a, g, h, h / d.group, T, tokens.kp, tokens.qp, tokens.gs,
+                                  tokens.ge, wk, wq);
+    direct_products<TP>(s, tokens.kd, tokens.qd, T,
+                        sums + warp * SSM_DIRECT_WARP_ROWS * 2 * TP);
+    if (KDA)
+        identity_all_weights<KDA>(a, g, h, h / d.group, T, tokens.kp, tokens.qp, tokens.gs,
+                                  tokens.ge, wk, wq);
+    copy_async_wait<0>(); /* this thread's pieces of the history's u */
+    __syncthreads();      /* everyone's, the weights and the sums */
+    if ((int32_t)threadIdx.x >= SSM_DIRECT_ROWS)
+        return;
+
+    const int32_t i = threadIdx.x, v = row0 + i;
+    float sk[TP], sq[TP];
+#pragma unroll
+    for (int p = 0; p < TP; p++) {
+        sk[p] = sums[i * 2 * TP + 2 * p];
+        sq[p] = sums[i * 2 * TP + 2 * p + 1];
+    }
+    identity_checkpoint_decay<TP, KDA>(d, T, tokens.gs, tokens.ge, sk, sq);
+    for (int32_t m = 0; m < kept; m++)
+        identity_add_record<TP>(wk, wq, m, T, us[m * SSM_DIRECT_ROWS + i], sk, sq);
+    identity_new_tokens<TP, Act>(a, g, r, h, v, i, T, tokens, wk, wq, sk, sq);
+}
+
+} /* namespace ssm */
+#endif
