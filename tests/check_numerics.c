@@ -113,6 +113,24 @@ START_TEST(test_bound_numbers)
     ck_assert(spec_bound_vs_native_state(bf16).limit == 1e-2);
     ck_assert(strstr(spec_bound_text(spec_bound_vs_native(f32, bf16)), "2e-4") != NULL);
     ck_assert(strstr(spec_bound_text(spec_bound_cpu_vs_cuda(f32, bf16)), "5e-4") != NULL);
+    ck_assert(spec_bound_fast_prefill_cpu_vs_cuda().limit == 1e-2);
+}
+END_TEST
+
+/* Which bounds a run is held to: one device's on the CPU, CPU vs CUDA on a
+ * GPU, and the fast prefill's 1e-2 for outputs and states alike there. */
+START_TEST(test_bound_relation_of_a_run)
+{
+    const ssm_dtype f32 = SSM_DTYPE_F32;
+    ck_assert(bound_relation_of(SSM_DEVICE_CPU, SSM_PREFILL_PRECISION_FAST) == BOUND_ONE_DEVICE);
+    ck_assert(bound_relation_of(SSM_DEVICE_CPU, SSM_PREFILL_PRECISION_HIGH) == BOUND_ONE_DEVICE);
+    ck_assert(bound_relation_of(SSM_DEVICE_CUDA, SSM_PREFILL_PRECISION_HIGH) == BOUND_CPU_VS_CUDA);
+    bound_relation fast = bound_relation_of(SSM_DEVICE_CUDA, SSM_PREFILL_PRECISION_FAST);
+    ck_assert(fast == BOUND_CPU_VS_CUDA_FAST_PREFILL);
+    ck_assert(bound_for_outputs(fast, f32, f32).limit == 1e-2);
+    ck_assert(bound_for_outputs(fast, f32, SSM_DTYPE_BF16).limit == 1e-2);
+    ck_assert(bound_for_states(fast, f32).limit == 1e-2);
+    ck_assert(bound_for_states(BOUND_CPU_VS_CUDA, f32).limit == 1e-4);
 }
 END_TEST
 
@@ -544,6 +562,7 @@ Suite *make_suite(void)
     Suite *s = suite_create("numerics");
     TCase *bounds = tcase_create("bounds");
     tcase_add_test(bounds, test_bound_numbers);
+    tcase_add_test(bounds, test_bound_relation_of_a_run);
     tcase_add_test(bounds, test_nonfinite_never_passes);
     tcase_add_test(bounds, test_bf16_resolution);
     suite_add_tcase(s, bounds);

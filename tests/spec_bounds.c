@@ -35,8 +35,7 @@ spec_bound spec_bound_cpu_vs_cuda_state(ssm_dtype state_dtype)
 
 spec_bound spec_bound_fast_prefill_cpu_vs_cuda(void)
 {
-    return (spec_bound){1e-2, "relative RMS 1e-2 over the whole tensor (a fast prefill on CUDA "
-                              "and the CPU's, each within 5e-3 of fp64)"};
+    return named(bound_for_states(BOUND_CPU_VS_CUDA_FAST_PREFILL, SSM_DTYPE_F32));
 }
 
 spec_bound spec_bound_vs_native_state(ssm_dtype state_dtype)

@@ -10,14 +10,29 @@
  * against an fp64 reference. */
 #define BF16_STATE_LIMIT 1e-2
 
+bound_relation bound_relation_of(ssm_device_type device, ssm_prefill_precision precision)
+{
+    if (device == SSM_DEVICE_CPU)
+        return BOUND_ONE_DEVICE;
+    return precision == SSM_PREFILL_PRECISION_FAST ? BOUND_CPU_VS_CUDA_FAST_PREFILL
+                                                   : BOUND_CPU_VS_CUDA;
+}
+
 #define BOUND_WORDS(limit) BOUND_WORDS_(limit)
 #define BOUND_WORDS_(limit) "relative RMS <= " #limit
 /* A bound of `limit` (a number as written) over `what`: the limit, its
  * words, and the words with what it covers, each number written once. */
 #define BOUND(limit, what) ((bound){limit, BOUND_WORDS(limit), BOUND_WORDS(limit) " over " what})
 
+/* Outputs and states of a CUDA context whose prefills take bf16 products,
+ * against the CPU: each within 5e-3 of fp64. */
+#define FAST_PREFILL_BOUND \
+    BOUND(1e-2, "the whole tensor, outputs or state (CPU vs CUDA, prefills in bf16 products)")
+
 bound bound_for_outputs(bound_relation relation, ssm_dtype state_dtype, ssm_dtype act)
 {
+    if (relation == BOUND_CPU_VS_CUDA_FAST_PREFILL)
+        return FAST_PREFILL_BOUND;
     if (relation == BOUND_CPU_VS_CUDA) {
         if (state_dtype == SSM_DTYPE_BF16)
             return BOUND(BF16_STATE_LIMIT, "the whole output (CPU vs CUDA, bf16 state)");
@@ -34,6 +49,8 @@ bound bound_for_outputs(bound_relation relation, ssm_dtype state_dtype, ssm_dtyp
 
 bound bound_for_states(bound_relation relation, ssm_dtype state_dtype)
 {
+    if (relation == BOUND_CPU_VS_CUDA_FAST_PREFILL)
+        return FAST_PREFILL_BOUND;
     if (relation == BOUND_CPU_VS_CUDA)
         return state_dtype == SSM_DTYPE_BF16
                    ? BOUND(BF16_STATE_LIMIT, "the state (CPU vs CUDA, bf16 state)")

@@ -16,6 +16,10 @@
  *     prefill (the GPU may contract multiply-adds and use the hardware's
  *     approximations): outputs 1e-4 (fp32) or 5e-4 (bf16) over an fp32
  *     state; states 1e-4.
+ *   BOUND_CPU_VS_CUDA_FAST_PREFILL: the same with the CUDA context's
+ *     prefills under prefill_precision = fast (bf16 products): each side
+ *     within the chunked prefill's 5e-3 of fp64, so outputs and states 1e-2
+ *     apart at most, and every step after a prefill starts from its state.
  * Over a bf16 state every comparison takes 1e-2, outputs and states: the
  * bound native itself meets against an fp64 reference (rounding the state
  * after every token accumulates under slowly decaying gates).
@@ -46,9 +50,14 @@
 #include "ssmstate/ssmstate.h"
 
 typedef enum bound_relation {
-    BOUND_ONE_DEVICE, /* a mode against native's computation, one device */
-    BOUND_CPU_VS_CUDA /* a CUDA context against the CPU */
+    BOUND_ONE_DEVICE,              /* a mode against native's computation, one device */
+    BOUND_CPU_VS_CUDA,             /* a CUDA context against the CPU */
+    BOUND_CPU_VS_CUDA_FAST_PREFILL /* ... whose prefills take bf16 products */
 } bound_relation;
+
+/* The relation a context on `device` under `precision` is held to against
+ * the CPU reference. */
+bound_relation bound_relation_of(ssm_device_type device, ssm_prefill_precision precision);
 
 /* Relative RMS over a whole tensor <= limit. */
 typedef struct bound {

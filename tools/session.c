@@ -138,8 +138,8 @@ static int allocate_buffers(session *s, int dumping)
     if (ok && shadow_create(m, s->state_dtype, s->act, s->lanes,
                             w->prefill_chunk > s->tokens_per_row ? w->prefill_chunk
                                                                  : s->tokens_per_row,
-                            s->config->device.type == SSM_DEVICE_CUDA ? BOUND_CPU_VS_CUDA
-                                                                      : BOUND_ONE_DEVICE,
+                            bound_relation_of(s->config->device.type,
+                                              s->config->prefill_precision),
                             &s->shadow) != 0)
         ok = 0;
     if (ok && synth_weights_create(m, w->seed, &s->weights) != 0)

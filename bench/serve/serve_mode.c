@@ -95,7 +95,7 @@ static const char *check_setup(const ssm_config *base, const cli_device *dev,
     snprintf(r->against, sizeof r->against, "cpu %s", against);
     r->outputs_bitwise = dev->where.type == SSM_DEVICE_CPU && builtin && exact;
     r->states_bitwise = dev->where.type == SSM_DEVICE_CPU && builtin;
-    r->relation = dev->where.type == SSM_DEVICE_CPU ? BOUND_ONE_DEVICE : BOUND_CPU_VS_CUDA;
+    r->relation = bound_relation_of(dev->where.type, base->prefill_precision);
     return against;
 }
 
