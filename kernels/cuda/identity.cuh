@@ -184,8 +184,10 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     }
 }
 
-/* w^k_{ip} and w^q_{ip} of record i (`record`) with every token p that sees
- * it (p >= seen), into wk[i * T + p] and wq[i * T + p] when `keep`. The
+/* w^k_{ip} and w^q_{ip} of record i with every token p that sees it
+ * (p >= seen), into wk[i * T + p] and wq[i * T + p] when `keep`, from the
+ * record's k (ki: its key head's K channels) and G as sum and error (si,
+ * ei: GDN one, KDA one per channel), in global or shared memory. The
  * SSM_ROW_LANES lanes of a group share the record: lane `sub` asks for its
  * channels of k_i (sub * 4 .. + 3, then 32 on: tile.cuh's lane_channel) and
  * the record's gates all at once, sums each token's products over them in
@@ -194,17 +196,14 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
  * (T of each for GDN, T * K for KDA). Every lane of the warp must call it
  * (it shuffles). */
 template <bool KDA>
-__device__ __forceinline__ void identity_weights(const dims &d, const record_layout &lay,
-                                                 const uint8_t *record, int32_t h,
-                                                 int32_t key_head, int32_t sub, int32_t T,
-                                                 const float *kp, const float *qp,
-                                                 const float *gs, const float *ge, int32_t i,
-                                                 int32_t seen, bool keep, float *wk, float *wq)
+__device__ __forceinline__ void identity_weights_of(const dims &d, const float *ki,
+                                                    const float *si, const float *ei,
+                                                    int32_t sub, int32_t T,
+                                                    const float *kp, const float *qp,
+                                                    const float *gs, const float *ge, int32_t i,
+                                                    int32_t seen, bool keep, float *wk, float *wq)
 {
     constexpr int C = SSM_IDENTITY_LANE_CHUNKS;
-    const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
-    const float *si = (const float *)(record + lay.gate_sum) + (int64_t)h * d.K;
-    const float *ei = (const float *)(record + lay.gate_error) + (int64_t)h * d.K;
     constexpr int G = KDA ? C : 1;
     float k[C][4], s[G][4], e[G][4], s0 = 0.0f, e0 = 0.0f; /* s, e: KDA's gates of k's channels */
 #pragma unroll
@@ -217,7 +216,7 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
         }
     }
     if (!KDA)
-        gate_of(record, lay, d, h, 0, s0, e0);
+        s0 = *si, e0 = *ei;
 #pragma unroll 1 /* one token at a time: the k of the record stays in registers, nothing else */
     for (int32_t p = 0; p < T; p++) {
         float ak = 0.0f, aq = 0.0f;
@@ -250,6 +249,22 @@ __device__ __forceinline__ void identity_weights(const dims &d, const record_lay
             wq[i * T + p] = wqp;
         }
     }
+}
+
+/* identity_weights_of for ring record `record` of value head h. */
+template <bool KDA>
+__device__ __forceinline__ void identity_weights(const dims &d, const record_layout &lay,
+                                                 const uint8_t *record, int32_t h,
+                                                 int32_t key_head, int32_t sub, int32_t T,
+                                                 const float *kp, const float *qp,
+                                                 const float *gs, const float *ge, int32_t i,
+                                                 int32_t seen, bool keep, float *wk, float *wq)
+{
+    const float *ki = (const float *)(record + lay.k) + (int64_t)key_head * d.K;
+    const int64_t gate = KDA ? (int64_t)h * d.K : h; /* gate_of's element */
+    const float *si = (const float *)(record + lay.gate_sum) + gate;
+    const float *ei = (const float *)(record + lay.gate_error) + gate;
+    identity_weights_of<KDA>(d, ki, si, ei, sub, T, kp, qp, gs, ge, i, seen, keep, wk, wq);
 }
 
 /* The weights of every record the tokens see (M of them), one record per

@@ -41,12 +41,6 @@ namespace ssm {
 static_assert(SSM_DIRECT_THREADS == SSM_IDENTITY_THREADS,
               "the block stages tokens and folds as identity.cuh's does");
 
-/* Whether the direct kernel takes a step of `tokens` tokens of shape d. */
-__host__ __device__ inline bool identity_direct_fits(const dims &d, int32_t tokens)
-{
-    return d.K == SSM_DIRECT_K && d.V % SSM_DIRECT_ROWS == 0 && tokens >= 1 && tokens <= 4;
-}
-
 /* Token places a kernel holds for T tokens: 1, 2 or 4 (sums a row: 2 TP). */
 __host__ __device__ inline int32_t identity_direct_places(int32_t tokens)
 {
@@ -54,18 +48,52 @@ __host__ __device__ inline int32_t identity_direct_places(int32_t tokens)
 }
 
 /* Shared memory of one block for a ring of `history` records and T
- * tokens: the staged tokens, the weights, the history's u of the block's
- * rows (from a 16-byte boundary) and the rows' sums. */
+ * tokens: the history's u of the block's rows, k and G (direct_history),
+ * the staged tokens, the weights, and the rows' sums. */
 __host__ __device__ inline size_t identity_direct_shared_bytes(int32_t history, int32_t tokens,
                                                                const dims &d)
 {
-    size_t T = (size_t)tokens, L = (size_t)history, R = SSM_DIRECT_ROWS;
+    size_t T = (size_t)tokens, L = (size_t)history, R = SSM_DIRECT_ROWS, K = (size_t)d.K;
     size_t TP = (size_t)identity_direct_places(tokens);
-    size_t keys = d.kda ? 4 : 2, gates = d.kda ? 2 * T * d.K : 2 * T;
-    return sizeof(float) * (keys * T * d.K + gates + T + T * R /* identity_tokens */
-                            + 2 * (L + T) * T                  /* w^k, w^q */
-                            + 3 + L * R                        /* the history's u */
-                            + 2 * TP * R);                     /* the rows' sums */
+    size_t keys = d.kda ? 4 : 2, gates = d.kda ? 2 * T * K : 2 * T;
+    return sizeof(float) * (L * (R + K + (d.kda ? 2 * K : 2)) /* direct_history */
+                            + keys * T * K + gates + T + T * R  /* identity_tokens */
+                            + 2 * (L + T) * T                   /* w^k, w^q */
+                            + 2 * TP * R);                      /* the rows' sums */
+}
+
+/* Whether the direct kernel takes a step of `tokens` tokens of shape d
+ * over a ring of `history` records (a thread a record's GDN gates), in
+ * blocks of `shared_optin` bytes of shared memory at most. */
+__host__ __device__ inline bool identity_direct_fits(const dims &d, int32_t tokens,
+                                                     int32_t history, int32_t shared_optin)
+{
+    return d.K == SSM_DIRECT_K && d.V % SSM_DIRECT_ROWS == 0 && tokens >= 1 && tokens <= 4 &&
+           history <= SSM_DIRECT_THREADS &&
+           identity_direct_shared_bytes(history, tokens, d) <= (size_t)shared_optin;
+}
+
+/* The history's records as a block holds them: u of its rows, k of its key
+ * head, G of its value head (GDN one, KDA K as sum and error), asked for
+ * before the prologue's wait (no prologue writes them). */
+struct direct_history {
+    float *u;      /* [L][SSM_DIRECT_ROWS] */
+    float *k;      /* [L][K] */
+    float *gs, *ge; /* [L] (GDN) or [L][K] (KDA) */
+    float *end;
+};
+
+template <bool KDA>
+__device__ __forceinline__ direct_history direct_history_at(float *at, const dims &d,
+                                                            int32_t L)
+{
+    direct_history hi;
+    hi.u = at;
+    hi.k = hi.u + L * SSM_DIRECT_ROWS;
+    hi.gs = hi.k + L * d.K;
+    hi.ge = hi.gs + (KDA ? L * d.K : L);
+    hi.end = hi.ge + (KDA ? L * d.K : L);
+    return hi;
 }
 
 /* Sums N values (a power of two, at most 32) over the 32 lanes of a warp:
@@ -106,18 +134,61 @@ __device__ __forceinline__ void direct_ask_rows(float4 (&s)[SSM_DIRECT_WARP_ROWS
         s[i] = *(const float4 *)(lane_first + i * SSM_DIRECT_K);
 }
 
-/* Asks (cp.async, one group) for the u of the block's rows of the `kept`
- * history records, into us[m * SSM_DIRECT_ROWS + row]. */
+/* Asks (cp.async, one group) for the `kept` history records' u of the
+ * block's rows, k and, for KDA, G into hi; GDN's G (two floats a record)
+ * comes back in *s0, *e0 of thread i < kept for record i, to be stored
+ * after the wait (direct_store_gates). */
+template <bool KDA>
 __device__ __forceinline__ void direct_ask_history(const tile_args &a, const identity_ring &g,
-                                                   int32_t h, int32_t row0, float *us)
+                                                   int32_t h, int32_t row0,
+                                                   const direct_history &hi, float *s0,
+                                                   float *e0)
 {
-    constexpr int32_t pieces = SSM_DIRECT_ROWS / 4; /* 16-byte pieces of a record's rows */
-    for (int32_t i = threadIdx.x; i < g.kept * pieces; i += SSM_DIRECT_THREADS) {
-        int32_t m = i / pieces, c = (i % pieces) * 4;
-        const float *u = (const float *)(identity_record(a, g, m) + a.ring_layout.u);
-        copy_chunk_async(us + m * SSM_DIRECT_ROWS + c, u + (int64_t)h * a.d.V + row0 + c, true);
+    const dims &d = a.d;
+    const record_layout &lay = a.ring_layout;
+    constexpr int32_t row_pieces = SSM_DIRECT_ROWS / 4;
+    const int32_t key_pieces = d.K / 4, per = row_pieces + (KDA ? 3 : 1) * key_pieces;
+    for (int32_t i = threadIdx.x; i < g.kept * per; i += SSM_DIRECT_THREADS) {
+        const int32_t m = i / per, c = i % per;
+        const uint8_t *record = identity_record(a, g, m);
+        if (c < row_pieces) {
+            const float *u = (const float *)(record + lay.u) + (int64_t)h * d.V + row0;
+            copy_chunk_async(hi.u + m * SSM_DIRECT_ROWS + 4 * c, u + 4 * c, true);
+            continue;
+        }
+        const int32_t part = (c - row_pieces) / key_pieces, x = 4 * ((c - row_pieces) % key_pieces);
+        const float *from = part == 0 ? (const float *)(record + lay.k) + (int64_t)(h / d.group) * d.K
+                            : part == 1 ? (const float *)(record + lay.gate_sum) + (int64_t)h * d.K
+                                        : (const float *)(record + lay.gate_error) + (int64_t)h * d.K;
+        float *to = (part == 0 ? hi.k : part == 1 ? hi.gs : hi.ge) + m * d.K;
+        copy_chunk_async(to + x, from + x, true);
     }
     copy_async_commit();
+    if (!KDA && (int32_t)threadIdx.x < g.kept)
+        gate_of(identity_record(a, g, threadIdx.x), lay, d, h, 0, *s0, *e0);
+}
+
+/* The weights of every record the tokens see (M = kept + T), as
+ * identity_all_weights forms them, from the history as the block holds it
+ * and the staged tokens. */
+template <bool KDA>
+__device__ __forceinline__ void direct_weights(const dims &d, const direct_history &hi,
+                                               const identity_tokens &t, int32_t kept,
+                                               int32_t T, float *wk, float *wq)
+{
+    const int32_t M = kept + T, groups = SSM_DIRECT_THREADS / SSM_ROW_LANES;
+    const int32_t group = threadIdx.x / SSM_ROW_LANES, sub = threadIdx.x % SSM_ROW_LANES;
+    for (int32_t base = 0; base < M; base += groups) {
+        const int32_t i = base + group;
+        const bool keep = i < M, past = keep && i >= kept;
+        const int32_t m = keep && !past ? i : 0, p = past ? i - kept : 0;
+        const int32_t gates = KDA ? d.K : 1; /* G's elements a record */
+        const float *ki = past ? t.kp + p * d.K : hi.k + m * d.K;
+        const float *si = past ? t.gs + p * gates : hi.gs + m * gates;
+        const float *ei = past ? t.ge + p * gates : hi.ge + m * gates;
+        identity_weights_of<KDA>(d, ki, si, ei, sub, T, t.kp, t.qp, t.gs, t.ge, i, i - kept,
+                                 keep, wk, wq);
+    }
 }
 
 /* This warp's rows' products with the staged tokens into sums[row][2 TP]
@@ -157,7 +228,7 @@ __device__ __forceinline__ void direct_products(const float4 (&s)[SSM_DIRECT_WAR
 
 /* grid (rows * V / SSM_DIRECT_ROWS, HV), SSM_DIRECT_THREADS threads,
  * identity_direct_shared_bytes(history, T, d) dynamic shared memory;
- * identity_direct_fits(d, T), TP = identity_direct_places(T). */
+ * identity_direct_fits, TP = identity_direct_places(T). */
 template <int TP, bool KDA, class Act>
 __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(tile_args a)
 {
@@ -176,17 +247,17 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
      * checkpoint of a row that does not fold). */
     const identity_ring g = identity_ring_of(a, slot);
     const int32_t kept = g.kept;
-    const identity_tokens tokens = identity_tokens_at<KDA>(shared, d, T, SSM_DIRECT_ROWS);
+    const direct_history hi = direct_history_at<KDA>(shared, d, a.history);
+    const identity_tokens tokens = identity_tokens_at<KDA>(hi.end, d, T, SSM_DIRECT_ROWS);
     float *wk = tokens.end, *wq = wk + (kept + T) * T;
-    float *us = wq + (kept + T) * T;
-    us += (4 - ((uintptr_t)us / sizeof(float)) % 4) % 4; /* 16-byte pieces */
-    float *sums = us + a.history * SSM_DIRECT_ROWS;
+    float *sums = wq + (kept + T) * T;
     const float *lane_first = state_head<float>(a, slot, a.layer, 0, h) +
                               (int64_t)(row0 + warp * SSM_DIRECT_WARP_ROWS) * d.K + 4 * lane;
     float4 s[SSM_DIRECT_WARP_ROWS];
+    float s0 = 0.0f, e0 = 0.0f;
     if (!g.folded)
         direct_ask_rows(s, lane_first);
-    direct_ask_history(a, g, h, row0, us);
+    direct_ask_history<KDA>(a, g, h, row0, hi, &s0, &e0);
     griddep_wait();
     if (g.folded) {
         if (a.fold_inside) {
@@ -196,20 +267,22 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
         direct_ask_rows(s, lane_first);
     }
     identity_stage_tokens<TP, KDA, Act>(a, g, slot, h, row0, SSM_DIRECT_ROWS, T, tokens);
-    __syncthreads();
-    /* GDN's weights are formed while the checkpoint's pieces arrive; KDA's
-     * hold three times the registers, which the pieces leave only once
-     * they are used. */
+    if (!KDA && (int32_t)threadIdx.x < kept) {
+        hi.gs[threadIdx.x] = s0;
+        hi.ge[threadIdx.x] = e0;
+    }
+    copy_async_wait<0>(); /* this thread's pieces of the history */
+    __syncthreads();      /* everyone's, and the tokens */
+    /* GDN's weights are formed while the checkpoint's last pieces arrive;
+     * KDA's hold three times the registers, which the pieces leave only
+     * once they are used. */
     if (!KDA)
-        identity_all_weights<KDA>(a, g, h, h / d.group, T, tokens.kp, tokens.qp, tokens.gs,
-                                  tokens.ge, wk, wq);
+        direct_weights<KDA>(d, hi, tokens, kept, T, wk, wq);
     direct_products<TP>(s, tokens.kd, tokens.qd, T,
                         sums + warp * SSM_DIRECT_WARP_ROWS * 2 * TP);
     if (KDA)
-        identity_all_weights<KDA>(a, g, h, h / d.group, T, tokens.kp, tokens.qp, tokens.gs,
-                                  tokens.ge, wk, wq);
-    copy_async_wait<0>(); /* this thread's pieces of the history's u */
-    __syncthreads();      /* everyone's, the weights and the sums */
+        direct_weights<KDA>(d, hi, tokens, kept, T, wk, wq);
+    __syncthreads(); /* the weights and the sums */
     if ((int32_t)threadIdx.x >= SSM_DIRECT_ROWS)
         return;
 
@@ -222,7 +295,7 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
     }
     identity_checkpoint_decay<TP, KDA>(d, T, tokens.gs, tokens.ge, sk, sq);
     for (int32_t m = 0; m < kept; m++)
-        identity_add_record<TP>(wk, wq, m, T, us[m * SSM_DIRECT_ROWS + i], sk, sq);
+        identity_add_record<TP>(wk, wq, m, T, hi.u[m * SSM_DIRECT_ROWS + i], sk, sq);
     identity_new_tokens<TP, Act>(a, g, r, h, v, i, T, tokens, wk, wq, sk, sq);
 }
 

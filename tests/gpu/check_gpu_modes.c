@@ -29,7 +29,10 @@
  *    context of these cases names its form. Replay runs with history
  *    2 T_max (8): every verify round after committed history folds. Also
  *    with T_max = 8 (history 16) on two shapes in every mode, and with conv
- *    widths 2, 3 and 6 (every other case has 4).
+ *    widths 2, 3 and 6 (every other case has 4). Native and replay's
+ *    identity also run value heads of 160 rows, and two shapes at K = 128
+ *    that the identity kernel reading the checkpoint into registers takes
+ *    (identity_direct.cuh): KDA, and GDN with value heads of 256 rows.
  * 3. graph: two CUDA contexts of one mode, the same prefill; one full round
  *    (ssm_verify of every layer with one ticket, then ssm_commit) of the first
  *    is captured on a non-default stream into a CUDA graph and replayed 24

@@ -1060,7 +1060,7 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     cudaStream_t cs = (cudaStream_t)stream;
     b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
     const int32_t rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
-    if (g.identity_direct && identity_direct_fits(a.d, a.tokens)) {
+    if (g.identity_direct && identity_direct_fits(a.d, a.tokens, a.history, g.shared_optin)) {
         if (g.act_dtype == SSM_DTYPE_BF16)
             launch_identity_direct<bf16>(b, cs);
         else
