@@ -112,7 +112,9 @@ __device__ __forceinline__ float warp_sum_scatter(float (&v)[N])
         const int n = N >> step, offset = 16 >> step;
         const bool upper = (lane & offset) != 0;
 #pragma unroll
-        for (int i = 0; i < n / 2; i++) {
+        for (int i = 0; i < N / 2; i++) { /* a constant bound, so that v stays in registers */
+            if (i >= n / 2)
+                break;
             float send = upper ? v[i] : v[i + n / 2];
             float keep = upper ? v[i + n / 2] : v[i];
             v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);

@@ -68,7 +68,9 @@
  *    bit for bit, and a context that asks for identity is refused.
  * 8. verify widths mixed: as 1, rounds of T_max (one launch) and a round of
  *    one token over 12 rows, padding included (two launches), so a compact
- *    commit follows a verify that wrote either record set.
+ *    commit follows a verify that wrote either record set; then rounds of 2
+ *    and 3 tokens. Replay's identity also on the two K = 128 shapes, every
+ *    token count of the register kernel.
  * Any non-finite output or state where a finite one is expected fails.
  *
  * A plain program for Automake's plain driver (tests/gpu/gpu_modes.gpu): one
@@ -319,22 +321,25 @@ static int case_modes(const setup *su, variant v, uint64_t salt, char *desc, siz
  * set), then one of a single token over 12 rows, padding included, more
  * than a one-launch step of one token takes (two launches: its prologue
  * writes set 0, and the commit must apply that set), then a decode that
- * applies it. Exports compared after every step. */
+ * applies it, then rounds of 2 and 3 tokens (at most T_max). Exports
+ * compared after every step. */
 static int case_mixed_verifies(const setup *su, variant v, uint64_t salt, char *desc, size_t len)
 {
     world w;
     int ok = world_open_modes(&w, su, v, salt, "mixed verify widths") && op_prefill(&w, 1, 0) &&
              world_compare_exports(&w);
-    for (int k = 0; k < 8 && ok; k++) {
-        int32_t lanes[MAX_ROWS], phase = k % 4;
+    for (int k = 0; k < 12 && ok; k++) {
+        int32_t lanes[MAX_ROWS], phase = k % 6;
         if (phase == 3) {
             ok = op_step(&w, STEP_DECODE) && world_compare_exports(&w);
             continue;
         }
-        int wide = phase == 2;
-        w.op = wide ? "verify T=1 over 12 rows" : "verify T_max";
+        int wide = phase == 2, narrow = phase >= 4;
+        int32_t tokens = wide ? 1 : narrow ? phase - 2 : w.t_max;
+        tokens = tokens < w.t_max ? tokens : w.t_max;
+        w.op = wide ? "verify T=1 over 12 rows" : narrow ? "verify T=2 or 3" : "verify T_max";
         int32_t rows = world_pick_rows(&w, w.lanes, wide ? MAX_ROWS - w.lanes : 0, lanes);
-        ok = step_finish(&w, step_make(&w, STEP_VERIFY, wide ? 1 : w.t_max, rows, lanes, NULL)) &&
+        ok = step_finish(&w, step_make(&w, STEP_VERIFY, tokens, rows, lanes, NULL)) &&
              world_compare_exports(&w);
     }
     ok = ok && session_end(&w);
@@ -700,8 +705,13 @@ int main(void)
     for (int k = 0; k < VARIANTS; k++) {
         setup a = {shapes[0], SSM_DTYPE_F32, SSM_DTYPE_BF16};
         report(&t, case_mixed_verifies(&a, variants[k], salt++, desc, sizeof desc), desc);
-        if (variants[k].identity)
+        if (variants[k].identity) {
+            for (int i = 0; i < 2; i++) { /* every token count of the register kernel */
+                setup d = {direct_heads[i], SSM_DTYPE_F32, SSM_DTYPE_BF16};
+                report(&t, case_mixed_verifies(&d, variants[k], salt++, desc, sizeof desc), desc);
+            }
             continue;
+        }
         setup b = {shapes[2], SSM_DTYPE_BF16, SSM_DTYPE_BF16};
         report(&t, case_mixed_verifies(&b, variants[k], salt++, desc, sizeof desc), desc);
     }
