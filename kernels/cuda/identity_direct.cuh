@@ -63,13 +63,14 @@ __host__ __device__ inline size_t identity_direct_shared_bytes(int32_t history, 
 }
 
 /* Whether the direct kernel takes a step of `tokens` tokens of shape d
- * over a ring of `history` records (a thread a record's GDN gates), in
+ * over a ring of `history` records (a thread a record's GDN gates; an even
+ * count keeps the staged tokens after GDN's gates 16-byte aligned), in
  * blocks of `shared_optin` bytes of shared memory at most. */
 __host__ __device__ inline bool identity_direct_fits(const dims &d, int32_t tokens,
                                                      int32_t history, int32_t shared_optin)
 {
     return d.K == SSM_DIRECT_K && d.V % SSM_DIRECT_ROWS == 0 && tokens >= 1 && tokens <= 4 &&
-           history <= SSM_DIRECT_THREADS &&
+           history <= SSM_DIRECT_THREADS && history % 2 == 0 &&
            identity_direct_shared_bytes(history, tokens, d) <= (size_t)shared_optin;
 }
 
