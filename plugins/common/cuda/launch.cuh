@@ -24,6 +24,8 @@ namespace ssm {
 
 /* When decode and verify run in one launch (step_in_one_launch). */
 enum { ONE_LAUNCH_AUTO, ONE_LAUNCH_ALWAYS, ONE_LAUNCH_NEVER };
+/* Which kernel runs replay's identity steps (SSMSTATE_CUDA_IDENTITY). */
+enum { IDENTITY_AUTO, IDENTITY_DIRECT, IDENTITY_STAGED };
 #define ONE_LAUNCH_DECODE_ROWS 8
 
 /* What every mode keeps on the GPU besides its states. */
@@ -50,7 +52,7 @@ struct gpu_common {
     int32_t *arrivals;
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
-    bool identity_direct;      /* ... and reads the checkpoint into registers (identity_direct.cuh) */
+    int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t prefill_group; /* tokens a prefill's prologue block takes (prep_group_tokens) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -172,13 +174,19 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * B = 256 (H100). The same bits either way. */
     const char *fold = getenv("SSMSTATE_CUDA_REPLAY_FOLD");
     g.identity_fold_inside = !(fold && strcmp(fold, "job") == 0);
-    /* A measuring knob: SSMSTATE_CUDA_IDENTITY=direct runs replay's
-     * identity steps of up to 4 tokens at K = 128 on identity_direct.cuh's
-     * kernel (the checkpoint into registers) instead of identity.cuh's
-     * (staged through shared memory). The same committed state either way;
+    /* Replay's one-token identity steps of GDN at K = 128 run on
+     * identity_direct.cuh's kernel (the checkpoint into registers), others
+     * on identity.cuh's (staged through shared memory): on an H100 at
+     * B = 256 the direct kernel took a decode from 319 to 277 us, but a
+     * round's 4-token verify from 480 to 601 and KDA's decode from 377 to
+     * 396 (its kernel spills). SSMSTATE_CUDA_IDENTITY=direct runs every step
+     * it fits there, =staged none. The same committed state either way;
      * outputs within the identity's bound. */
     const char *identity = getenv("SSMSTATE_CUDA_IDENTITY");
-    g.identity_direct = identity && strcmp(identity, "direct") == 0;
+    g.identity_choice = !identity                       ? IDENTITY_AUTO
+                        : strcmp(identity, "direct") == 0 ? IDENTITY_DIRECT
+                        : strcmp(identity, "staged") == 0 ? IDENTITY_STAGED
+                                                          : IDENTITY_AUTO;
     /* One-token tile jobs stage two tiles ahead of the one they update
      * (48 KiB of shared memory a block); SSMSTATE_CUDA_DECODE_STAGES=2
      * stages one. The same bits either way. */
@@ -1060,7 +1068,10 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     cudaStream_t cs = (cudaStream_t)stream;
     b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
     const int32_t rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
-    if (g.identity_direct && identity_direct_fits(a.d, a.tokens, a.history, g.shared_optin)) {
+    const bool direct = identity_direct_fits(a.d, a.tokens, a.history, g.shared_optin) &&
+                        (g.identity_choice == IDENTITY_DIRECT ||
+                         (g.identity_choice == IDENTITY_AUTO && !a.d.kda && a.tokens == 1));
+    if (direct) {
         if (g.act_dtype == SSM_DTYPE_BF16)
             launch_identity_direct<bf16>(b, cs);
         else
