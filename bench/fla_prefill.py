@@ -16,6 +16,11 @@ warm-up, tokens/s per layer from the first:
   eager ms    one Python call between two events, synchronized after each: what the earlier
               passes printed. Host-bound when the host is slow (1.6 ms at every shape in one
               call of 2026-11-30, against 0.7 to 0.8 ms in another), so it is for reference only.
+  + conv ms   fla's causal_conv1d (width 4, SiLU, over the D = 2 H K + HV V projection channels,
+              the window returned) and the chunk call captured together, as the graph above: what
+              ssmstate's prefill computes (it takes the conv from the projections), less the
+              gates' few elementwise operations. The conv's output is not fed to the chunk call
+              (timing only: same shapes and bytes).
 Usage: python3 bench/fla_prefill.py [--reps N] [--only gdn|kda]  (fla-core as fla_bench.py finds it)
 """
 import argparse
@@ -50,8 +55,13 @@ def main():
             fns[model] = getattr(importlib.import_module(mod), name)
         except Exception as e:  # report and go on
             print(f"# {mod}.{name} unavailable: {type(e).__name__}: {e}")
-    print(f"{'model':8s} {'B x T':>10s} {'median ms':>10s} {'tokens/s/layer':>15s} {'eager ms':>9s}  note",
-          flush=True)
+    try:
+        conv_fn = importlib.import_module("fla.modules.causal_conv1d").causal_conv1d
+    except Exception as e:  # report and go on
+        conv_fn = None
+        print(f"# fla.modules.causal_conv1d unavailable: {type(e).__name__}: {e}")
+    print(f"{'model':8s} {'B x T':>10s} {'median ms':>10s} {'tokens/s/layer':>15s} {'eager ms':>9s}"
+          f" {'+ conv ms':>10s}  note", flush=True)
     dev, K, V = "cuda", 128, 128
     for model, H, HV, B, T in SHAPES:
         if model not in fns or (args.only and model != args.only):
@@ -102,7 +112,24 @@ def main():
         ms = us / 1e3
         if method != "graph":
             note = (note + "; " if note else "") + "plain launches (capture failed)"
-        print(f"{model:8s} {label} {ms:10.3f} {B * T / ms / 1e3:14.2f}M {eager:9.3f}  {note}", flush=True)
+        with_conv = "-"
+        if conv_fn is not None:
+            D = 2 * H * K + HV * V
+            x = torch.randn(B, T, D, **bf)
+            weight = 0.5 * torch.randn(D, 4, **bf)
+            conv_extra = {key: extra[key] for key in ("cu_seqlens", "cu_seqlens_cpu") if key in extra}
+
+            def call_conv(chunk=call):
+                conv_fn(x, weight, activation="silu", output_final_state=True, **conv_extra)
+                return chunk()
+            try:
+                call_conv()
+                us2, method2, _, _ = fla_bench.bench(call_conv, args.reps, use_graph=True)
+                with_conv = f"{us2 / 1e3:.3f}" + ("" if method2 == "graph" else "*")
+            except Exception as e:  # report and go on
+                note = (note + "; " if note else "") + f"conv: {type(e).__name__}"
+        print(f"{model:8s} {label} {ms:10.3f} {B * T / ms / 1e3:14.2f}M {eager:9.3f} {with_conv:>10s}"
+              f"  {note}", flush=True)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ struct step_inputs {
     int32_t conv_rows;
     bool stage;         /* verify: inputs staged after the window; decode: it advances */
     int32_t *arrivals;  /* decode: [capacity][layers][H], zero between steps */
+    /* A replay decode that folds (step_kernel's HISTORY): the blocks of a
+     * (slot, layer) that have arrived, [capacity][layers], zero between
+     * steps; the last one empties the ring (step_window_arrive). */
+    int32_t *cell_arrivals;
     /* Records of the tokens for a commit to replay (compact), as prep.cuh
      * writes them: token t of a slot at records + slot * slot_stride +
      * layer * layer_stride + t * layout.bytes. NULL: none. */
@@ -351,6 +355,22 @@ __device__ __forceinline__ void step_records_v(const tile_args &a, const step_in
     }
 }
 
+/* A folding decode's ring (step_kernel's HISTORY): the committed records
+ * every block applies before the token, read before the block's arrival. */
+struct step_ring {
+    const uint8_t *base;
+    int32_t first, used;
+};
+
+__device__ __forceinline__ step_ring step_ring_of(const tile_args &a, const tile_job &j)
+{
+    step_ring r;
+    r.base = a.ring + (int64_t)j.slot * a.ring_slot_stride + (int64_t)j.layer * a.ring_layer_stride;
+    r.first = a.ring_start[j.cell];
+    r.used = a.ring_n[j.cell];
+    return r;
+}
+
 /* A decode's q and k window as the block's q/k threads hold it (the
  * window advanced, step_conv) and the block's place in the arrival count. */
 template <class Act> struct step_window_regs {
@@ -358,6 +378,7 @@ template <class Act> struct step_window_regs {
     int32_t channel;
     bool holds_qk;
     int32_t arrived; /* thread 0: the count its block's arrival brought */
+    int32_t cell_arrived; /* thread 0, HISTORY: the same for the (slot, layer)'s ring, or 0 */
 };
 
 /* A decode block counts itself among those that read its key head's q and
@@ -366,10 +387,15 @@ template <class Act> struct step_window_regs {
  * the block (step_window_write), so the tiles' work hides the atomic's
  * round trip. The add releases those reads (the barrier orders them before
  * it) and acquires every earlier block's, so the block that brings the
- * count to the total writes after all of them without a fence of its own. */
-template <class Act>
+ * count to the total writes after all of them without a fence of its own.
+ * HISTORY with a non-empty ring: the block counts itself the same way among
+ * the (slot, layer)'s blocks, which all read the ring's cursors before
+ * arriving, and the last of them empties the ring at its end. An empty
+ * ring is left as it is, and its count never moves. */
+template <class Act, bool HISTORY>
 __device__ __forceinline__ void step_window_arrive(const tile_args &a, const step_inputs &in,
-                                                   const step_place &p, step_window_regs<Act> &w)
+                                                   const step_place &p, const step_ring &ring,
+                                                   step_window_regs<Act> &w)
 {
     if (threadIdx.x != 0)
         return;
@@ -379,15 +405,24 @@ __device__ __forceinline__ void step_window_arrive(const tile_args &a, const ste
                  : "l"(in.arrivals + p.j.cell * a.d.H + p.key_head)
                  : "memory");
     w.arrived = before + 1;
+    w.cell_arrived = 0;
+    if (HISTORY && ring.used > 0) {
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+                     : "=r"(before)
+                     : "l"(in.cell_arrivals + p.j.cell)
+                     : "memory");
+        w.cell_arrived = before + 1;
+    }
 }
 
 /* The last block of a key head to arrive writes that head's q and k
  * window, after its tiles. Only the warps holding q and k channels (the
  * first K / 2 threads) meet, on a named barrier. */
-template <class Act>
+template <class Act, bool HISTORY>
 __device__ __forceinline__ void step_window_write(const tile_args &a, const step_inputs &in,
                                                   const step_place &p,
-                                                  const step_window_regs<Act> &w)
+                                                  const step_window_regs<Act> &w,
+                                                  const step_ring &ring)
 {
     __shared__ int32_t last_arrival;
     const int32_t qk_threads = (a.d.K / 2 + 31) / 32 * 32;
@@ -397,6 +432,12 @@ __device__ __forceinline__ void step_window_write(const tile_args &a, const step
         last_arrival = w.arrived == a.d.group * p.per_head;
         if (last_arrival)
             atomicExch(in.arrivals + p.j.cell * a.d.H + p.key_head, 0);
+        if (HISTORY && w.cell_arrived == a.d.HV * p.per_head) { /* the ring's last block */
+            int32_t *start = (int32_t *)a.ring_start, *n = (int32_t *)a.ring_n;
+            start[p.j.cell] = (ring.first + ring.used) & a.ring_mask;
+            n[p.j.cell] = 0;
+            in.cell_arrivals[p.j.cell] = 0;
+        }
     }
     asm volatile("bar.sync 1, %0;" ::"r"(qk_threads) : "memory");
     if (!last_arrival || !w.holds_qk)
@@ -445,11 +486,11 @@ __device__ __forceinline__ bool step_place_slot(const tile_args &a, step_place &
 /* What a block does before its tiles: the T tokens and its value rows of
  * v into shared memory (tok, v), the inputs staged (verify) or the window
  * advanced (decode: v's rows now, q and k's in w for step_window_write). */
-template <int E, bool KDA, class Act, bool EXACT>
+template <int E, bool KDA, class Act, bool EXACT, bool HISTORY>
 __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inputs &in,
                                               const step_place &p, const step_early<Act> &early,
-                                              step_token<8 * E, KDA> *tok, float *v,
-                                              step_window_regs<Act> &w)
+                                              const step_ring &ring, step_token<8 * E, KDA> *tok,
+                                              float *v, step_window_regs<Act> &w)
 {
     constexpr int K = 8 * E;
     w.channel = 0;
@@ -457,7 +498,7 @@ __device__ __forceinline__ void step_prologue(const tile_args &a, const step_inp
     step_gates<K, KDA, Act>(a, in, p, early, tok);
     __syncthreads(); /* the window is read, tokens and v are in shared memory */
     if (!in.stage)
-        step_window_arrive(a, in, p, w);
+        step_window_arrive<Act, HISTORY>(a, in, p, ring, w);
 }
 
 /* A token from shared memory (tok, and its v rows from the block's first
@@ -583,9 +624,15 @@ __device__ __forceinline__ void step_tile_tokens(const tile_args &a, const step_
  * native verify: STORE_EACH; compact verify: STORE_NONE with records, after
  * the pending commit (staged with the step's tokens, applied to each tile
  * and stored before the tile's own tokens).
+ * HISTORY: a replay decode that folds (in.cell_arrivals set): a.state is
+ * the checkpoint, and each tile applies the cell's committed ring records
+ * (a.ring, a.ring_n, a.ring_start) before the token and is stored back;
+ * the ring is then empty (step_window_arrive). Without HISTORY the kernel
+ * holds no ring code.
  * The first tile's state is staged (cp.async) during the prologue, each
  * next one while the block updates the one before. */
-template <int E, bool KDA, class State, class Act, bool PENDING, bool EXACT, bool FAST>
+template <int E, bool KDA, class State, class Act, bool PENDING, bool HISTORY, bool EXACT,
+          bool FAST>
 __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, step_inputs in)
 {
     a.d.fast_math = FAST; /* the launch chose FAST from it: now a constant */
@@ -600,6 +647,9 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
     if (!step_place_slot(a, p, slot))
         return;
     step_early_window<K, Act>(a, in, p, early);
+    step_ring ring = {};
+    if (HISTORY) /* before the block's arrival, after which the ring may empty */
+        ring = step_ring_of(a, p.j);
     State *source =
         state_head<State>(a, p.j.slot, p.j.layer, a.current ? a.current[p.j.slot] : 0, p.j.h);
     tile_stage_async(stage[0], a.d, source, p.first);
@@ -621,7 +671,7 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
     if (first_code)
         step_pending_stage<K, KDA, Act>(a, p, first_code, ptok, pv);
     step_window_regs<Act> w;
-    step_prologue<E, KDA, Act, EXACT>(a, in, p, early, tok, v, w);
+    step_prologue<E, KDA, Act, EXACT, HISTORY>(a, in, p, early, ring, tok, v, w);
     if (in.records) /* after the barrier: the pending rows of v were read */
         step_records_v<Act>(a, in, p, v);
     if (first_code) /* every thread read it before the prologue's barrier */
@@ -635,6 +685,10 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
         head_tile<E, RPL, State> t;
         tile_place(t, tile);
         tile_from_stage(t, stage[k % SSM_TILE_STAGES]);
+        if (HISTORY)
+            apply_records<E, RPL, KDA, State, Act, true>(t, a.d, ring.base, a.ring_layout,
+                                                         ring.first, ring.used, a.ring_mask,
+                                                         p.j.h, a.layout);
         /* Every tile of a (slot, layer) has the same code (one commit set
            them all, one step clears them all). */
         if (first_code) {
@@ -645,7 +699,7 @@ __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, 
         step_tile_tokens<E, KDA, State, Act>(a, p, tok, v, t, source);
     }
     if (!in.stage)
-        step_window_write<Act>(a, in, p, w);
+        step_window_write<Act, HISTORY>(a, in, p, w, ring);
 }
 
 } /* namespace ssm */

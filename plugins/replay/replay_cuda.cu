@@ -17,8 +17,12 @@
  *
  * A decode of at most [replay] fold_rows rows instead folds every step
  * (decode_folding): at small batch sizes a step costs latency, not bytes,
- * and that decode is native's two launches plus the ring's bookkeeping. The
- * choice is the host's, from the row count alone. */
+ * and that decode is native's own: one launch (step_kernel's HISTORY
+ * variant: each tile applies the ring before the token, and the cell's
+ * last block empties the ring) or, where native's decode takes two, its
+ * prologue and a tile job that applies the ring. The choice is the host's,
+ * from the row count alone. */
+#define SSM_STEP_HISTORY 1
 #include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
 #include "plugins/common/cuda/tune.cuh"
@@ -35,13 +39,15 @@ struct replay_gpu {
     record_layout ring;  /* one replay record */
     int32_t *ring_start; /* [capacity][layers] */
     int32_t *fold_taken; /* [capacity][layers][2]: the (start, n) a folding decode took */
+    int32_t *cell_arrivals; /* [capacity][layers]: a one-launch folding decode's count */
 };
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
 
 extern "C" size_t replay_cuda_scratch_bytes(const ssm_mode_params_v2 *p)
 {
-    return gpu_scratch_bytes(p) + 3 * (size_t)p->model.layers * sizeof(int32_t); /* + start, taken */
+    /* + start, taken (2) and the folding decode's count */
+    return gpu_scratch_bytes(p) + 4 * (size_t)p->model.layers * sizeof(int32_t);
 }
 
 extern "C" size_t replay_cuda_shared_bytes(const ssm_mode_params_v2 *p)
@@ -105,8 +111,11 @@ extern "C" ssm_status replay_cuda_create(replay_mode *r)
     size_t cells = (size_t)r->base.params.capacity * r->base.params.model.layers;
     r->gpu->ring_start = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
     r->gpu->fold_taken = (int32_t *)s->alloc(s->core, 2 * cells * sizeof(int32_t));
-    if (!r->gpu->ring_start || !r->gpu->fold_taken)
+    r->gpu->cell_arrivals = (int32_t *)s->alloc(s->core, cells * sizeof(int32_t));
+    if (!r->gpu->ring_start || !r->gpu->fold_taken || !r->gpu->cell_arrivals)
         return s->error(s->core, SSM_ERR_OUT_OF_MEMORY, "out of device memory for ring cursors");
+    if (cudaMemset(r->gpu->cell_arrivals, 0, cells * sizeof(int32_t)) != cudaSuccess)
+        return s->error(s->core, SSM_ERR_DEVICE, "cannot clear the ring counters");
     return check_identity_fits(r);
 }
 
@@ -118,6 +127,7 @@ extern "C" void replay_cuda_destroy(replay_mode *r)
     gpu_common_destroy(G(r), r->base.services);
     r->base.services->release(r->base.services->core, r->gpu->ring_start);
     r->base.services->release(r->base.services->core, r->gpu->fold_taken);
+    r->base.services->release(r->base.services->core, r->gpu->cell_arrivals);
     r->base.services->release_host(r->base.services->core, r->gpu);
     r->gpu = NULL;
 }
@@ -213,14 +223,23 @@ static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
     return launch_identity(g, ta, step->stream, r->base.services);
 }
 
-/* A decode that folds: native's prologue (the window advances in place,
- * the token's record goes to the token scratch), then one tile job applies
- * the ring's history and the token to the checkpoint, writes the outputs
- * (native's bits) and empties the ring. Two launches, like native's
- * decode, and no commit. */
+/* A decode that folds: the ring's history and the token applied to the
+ * checkpoint, the outputs written (native's bits) and the ring emptied, in
+ * native's one launch where native's decode takes one (step_in_one_launch).
+ * Otherwise native's prologue (the window advances in place, the token's
+ * record goes to the token scratch), then one tile job does it. No commit. */
 static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
+    if (step_in_one_launch(g, step)) {
+        tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
+        tile_step_tokens(ta, step);
+        ta.layout = step_layout(step);
+        ta.store = STORE_FINAL;
+        step_inputs in = step_inputs_for(g, step, r->conv, false);
+        in.cell_arrivals = r->gpu->cell_arrivals;
+        return launch_step(g, ta, in, step->stream, r->base.services);
+    }
     prep_args pa = prep_for(g, step, r->conv, false);
     pa.fold_taken = r->gpu->fold_taken;
     pa.fold_n = r->cursors;
@@ -283,6 +302,9 @@ static ssm_status cuda_reset(void *instance, int32_t slot, void *stream)
     if (st == SSM_OK)
         st = gpu_zero(r->gpu->ring_start + (size_t)slot * layers, layers * sizeof(int32_t), stream,
                       s);
+    if (st == SSM_OK)
+        st = gpu_zero(r->gpu->cell_arrivals + (size_t)slot * layers, layers * sizeof(int32_t),
+                      stream, s);
     return st != SSM_OK ? st : gpu_reset_arrivals(G(r), slot, stream, s);
 }
 

@@ -818,8 +818,14 @@ inline bool step_in_one_launch(const gpu_common &g, const ssm_step_v1 *step)
 #define SSM_STEP_PENDING 0
 #endif
 
-template <int E, bool KDA, class State, class Act, bool PENDING>
-inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 grid,
+/* Whether this plugin's decodes can fold a replay ring (replay defines it
+ * to 1): only then is the step kernel's HISTORY variant compiled. */
+#ifndef SSM_STEP_HISTORY
+#define SSM_STEP_HISTORY 0
+#endif
+
+template <int E, bool KDA, class State, class Act, bool PENDING, bool HISTORY>
+inline void launch_step_variant(const tile_args &a, const step_inputs &in, dim3 grid,
                                 int32_t rows, cudaStream_t st)
 {
     /* Always opted in: the kernel's static staging (up to 32 KiB) counts
@@ -827,12 +833,13 @@ inline void launch_step_pending(const tile_args &a, const step_inputs &in, dim3 
      * tokens, and where a commit can be pending its records. */
     int32_t tokens = a.tokens + (PENDING ? a.max_tokens : 0);
     size_t shared = step_shared_bytes<8 * E, KDA>(tokens, rows);
-    void (*kernel)(tile_args, step_inputs) = step_kernel<E, KDA, State, Act, PENDING, false, false>;
+    void (*kernel)(tile_args, step_inputs) =
+        step_kernel<E, KDA, State, Act, PENDING, HISTORY, false, false>;
     if (a.d.W == 4)
-        kernel = a.d.fast_math ? step_kernel<E, KDA, State, Act, PENDING, true, true>
-                               : step_kernel<E, KDA, State, Act, PENDING, true, false>;
+        kernel = a.d.fast_math ? step_kernel<E, KDA, State, Act, PENDING, HISTORY, true, true>
+                               : step_kernel<E, KDA, State, Act, PENDING, HISTORY, true, false>;
     else if (a.d.fast_math)
-        kernel = step_kernel<E, KDA, State, Act, PENDING, false, true>;
+        kernel = step_kernel<E, KDA, State, Act, PENDING, HISTORY, false, true>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     kernel<<<grid, SSM_STEP_THREADS, shared, st>>>(a, in);
 }
@@ -843,11 +850,17 @@ inline void launch_step_kind(const tile_args &a, const step_inputs &in, dim3 gri
 {
     if constexpr (SSM_STEP_PENDING) {
         if (a.pending.codes) {
-            launch_step_pending<E, KDA, State, Act, true>(a, in, grid, rows, st);
+            launch_step_variant<E, KDA, State, Act, true, false>(a, in, grid, rows, st);
             return;
         }
     }
-    launch_step_pending<E, KDA, State, Act, false>(a, in, grid, rows, st);
+    if constexpr (SSM_STEP_HISTORY) {
+        if (in.cell_arrivals) {
+            launch_step_variant<E, KDA, State, Act, false, true>(a, in, grid, rows, st);
+            return;
+        }
+    }
+    launch_step_variant<E, KDA, State, Act, false, false>(a, in, grid, rows, st);
 }
 
 template <class State, class Act>
