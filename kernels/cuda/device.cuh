@@ -287,6 +287,10 @@ struct dims {
      * roots through the hardware's approximations (prep.cuh's dev_* helpers)
      * instead of kernels/math.h's CPU-identical ones. */
     bool fast_math;
+    /* The activations' SiLU and q and k norms the same way (prep.cuh's
+     * conv_token, head_normalize): a prefill at prefill_precision = fast
+     * alone, whose bound leaves room for them. Elsewhere they stay exact. */
+    bool fast_activations;
 };
 
 inline dims make_dims(const ssm_model_dims &m)
@@ -305,6 +309,7 @@ inline dims make_dims(const ssm_model_dims &m)
     d.lower_bound = m.lower_bound;
     d.query_scale = ssm_query_scale(m.key_dim);
     d.fast_math = false;
+    d.fast_activations = false;
     return d;
 }
 

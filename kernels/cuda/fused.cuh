@@ -636,6 +636,7 @@ template <int E, bool KDA, class State, class Act, bool PENDING, bool HISTORY, b
 __global__ void __launch_bounds__(SSM_STEP_THREADS, 4) step_kernel(tile_args a, step_inputs in)
 {
     a.d.fast_math = FAST; /* the launch chose FAST from it: now a constant */
+    a.d.fast_activations = false; /* a prefill's alone: no code for it here */
     constexpr int RPL = SSM_TILE_RPL, K = 8 * E;
     __shared__ tile_stage<E, RPL, State> stage[SSM_TILE_STAGES];
     extern __shared__ __align__(16) uint8_t step_shared[];

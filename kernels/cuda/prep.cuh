@@ -243,13 +243,24 @@ __device__ __forceinline__ float conv_token(const dims &d, const conv_taps<WIDTH
             if (i < W)
                 acc[ch] += taps.weight[i][ch] * (i < keep ? window[i][ch] : in[ch]);
     }
+    if (d.fast_activations) {
 #pragma unroll
-    for (int ch = 0; ch < 4; ch++)
-        e[ch] = ssm_expf(-acc[ch]);
+        for (int ch = 0; ch < 4; ch++)
+            e[ch] = __expf(-acc[ch]);
 #pragma unroll
-    for (int ch = 0; ch < 4; ch++) {
-        value[ch] = round_to((const Act *)0, ssm_silu_of(acc[ch], e[ch]));
-        squares += value[ch] * value[ch];
+        for (int ch = 0; ch < 4; ch++) {
+            value[ch] = round_to((const Act *)0, __fdividef(acc[ch], 1.0f + e[ch]));
+            squares += value[ch] * value[ch];
+        }
+    } else {
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++)
+            e[ch] = ssm_expf(-acc[ch]);
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++) {
+            value[ch] = round_to((const Act *)0, ssm_silu_of(acc[ch], e[ch]));
+            squares += value[ch] * value[ch];
+        }
     }
 #pragma unroll
     for (int i = 0; i < WIDTH; i++)
@@ -279,7 +290,7 @@ __device__ __forceinline__ float head_squares(float squares, int32_t K)
 __device__ __forceinline__ float head_normalize(const dims &d, const float (&value)[4],
                                                 float squares, float scale, float (&out)[4])
 {
-    float inv = ssm_l2_inv(squares);
+    float inv = d.fast_activations ? rsqrtf(squares + 1e-6f) : ssm_l2_inv(squares);
 #pragma unroll
     for (int ch = 0; ch < 4; ch++)
         out[ch] = (value[ch] * inv) * scale;

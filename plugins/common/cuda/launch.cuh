@@ -361,11 +361,17 @@ inline prep_args prep_for(const gpu_common &g, const ssm_step_v1 *step, void *co
 {
     prep_args a = {};
     a.d = g.d;
-    /* A prefill's gates as the CPU computes them: with the fast ones a KDA
-       prefill's bf16 outputs ended 6.2e-4 from the CPU's, past the 5e-4
-       that decode and verify meet with them (docs/numerics.md). */
-    if (step->token_offsets)
-        a.d.fast_math = false;
+    /* A prefill at prefill_precision = high computes its gates and
+       activations as the CPU does: with the fast gates a KDA prefill's bf16
+       outputs ended 6.2e-4 from the CPU's, past the 5e-4 that decode and
+       verify meet with them (docs/numerics.md). At fast, whose bound is
+       against fp64 and far wider, both go through the hardware's
+       approximations; every mode runs the same prefill kernels, so modes
+       still agree bit for bit. */
+    if (step->token_offsets) {
+        a.d.fast_math = g.prefill_bf16_products;
+        a.d.fast_activations = g.prefill_bf16_products;
+    }
     a.rows = step->rows;
     a.tokens = step->token_offsets ? g.max_tokens : step->tokens;
     a.layer = step->layer;
