@@ -97,15 +97,30 @@ __host__ __device__ inline size_t chunk_shared_floats(int32_t K)
 }
 
 /* G ([tokens][gk] log-decays) summed over tokens in place, from the first
- * token: column j by thread j of the block's `threads`. */
+ * token: column j by thread j of the block's `threads`. Sixteen tokens at a
+ * time are loaded before they are summed and stored, so the loads of a
+ * batch overlap instead of each waiting behind the store before it; the
+ * sums run in token order all the same. */
 __device__ __forceinline__ void chunk_running_sum(float *G, int32_t tokens, int32_t gk,
                                                   int32_t threads)
 {
+    constexpr int32_t BATCH = 16;
     for (int32_t j = threadIdx.x; j < gk; j += threads) {
         float sum = 0.0f;
-        for (int32_t t = 0; t < tokens; t++) {
-            sum += G[t * gk + j];
-            G[t * gk + j] = sum;
+        for (int32_t t0 = 0; t0 < tokens; t0 += BATCH) {
+            float g[BATCH];
+#pragma unroll
+            for (int32_t i = 0; i < BATCH; i++)
+                g[i] = t0 + i < tokens ? G[(t0 + i) * gk + j] : 0.0f;
+#pragma unroll
+            for (int32_t i = 0; i < BATCH; i++) {
+                sum += g[i];
+                g[i] = sum;
+            }
+#pragma unroll
+            for (int32_t i = 0; i < BATCH; i++)
+                if (t0 + i < tokens)
+                    G[(t0 + i) * gk + j] = g[i];
         }
     }
 }

@@ -164,8 +164,10 @@ __device__ void chunk_prologue_gates(const chunk_args &a, int32_t slot, int32_t 
 /* beta_t v_t of value head h for the chunk's tokens, to out ([C][ld],
  * zeros past c): the conv and SiLU of v's channels, as the prologue
  * kernel's record holds them (rounded to Act), times beta. Thread tid takes
- * the four channels 4 (tid % (V / 4)) of tokens tid / (V / 4), + stride,
- * ...; threads past (V / 4) stride take none. */
+ * the four channels 4 (tid % (V / 4)) of the consecutive tokens of group
+ * tid / (V / 4) (C split evenly over a power of two of groups), the window
+ * sliding from one token to the next as in chunk_prologue_qk (one load a
+ * token, not W); threads past the groups take none. */
 template <int THREADS, class Act>
 __device__ void chunk_prologue_values(const chunk_args &a, int32_t slot, int32_t r, int32_t t0,
                                       int32_t c, int32_t h, const float *beta, float *out,
@@ -175,35 +177,51 @@ __device__ void chunk_prologue_values(const chunk_args &a, int32_t slot, int32_t
     using tcp::KEEP;
     using tcp::WIDTH;
     const dims &d = a.pro.d;
-    const int32_t quads = d.V / 4, stride = THREADS / quads;
-    const int32_t e4 = threadIdx.x % quads, t_first = threadIdx.x / quads;
-    if (t_first >= stride)
+    const int32_t quads = d.V / 4, groups = THREADS / quads;
+    int32_t usable = 1; /* the most groups, a power of two, that split the chunk evenly */
+    while (2 * usable <= groups && SSM_CHUNK_TOKENS % (2 * usable) == 0)
+        usable *= 2;
+    const int32_t span = SSM_CHUNK_TOKENS / usable;
+    const int32_t e4 = threadIdx.x % quads, group = threadIdx.x / quads;
+    if (group >= usable)
         return;
+    const int32_t first = group * span;
     const int32_t channel = 2 * d.H * d.K + h * d.V + 4 * e4;
     const Act *window = tcp::window_of<Act>(a, slot);
     conv_taps<WIDTH> taps;
     conv_taps_load(d, a.pro.conv_weight, a.pro.conv_bias, channel, true, taps);
+    bits raw[WIDTH], next = {};
+#pragma unroll
+    for (int i = 0; i < WIDTH; i++) {
+        raw[i] = bits{};
+        if (i < KEEP && first < c)
+            raw[i] = load_bits(tcp::input_at(a, window, r, t0 + first - KEEP + i, channel));
+    }
+    if (first < c)
+        next = load_bits(tcp::input_at(a, window, r, t0 + first, channel));
     bool finite = true;
-    for (int32_t t = t_first; t < SSM_CHUNK_TOKENS; t += stride) {
-        float value[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (t < c) {
-            bits raw[WIDTH];
+#pragma unroll 2
+    for (int32_t s = 0; s < span; s++) {
+        const int32_t t = first + s;
+        const bool live = t < c;
+        const bits now = next;
+        float window_f[WIDTH][4], in[4], value[4];
 #pragma unroll
-            for (int i = 0; i < WIDTH; i++)
-                raw[i] = load_bits(tcp::input_at(a, window, r, t0 + t - KEEP + i, channel));
-            float window_f[WIDTH][4], in[4];
-#pragma unroll
-            for (int i = 0; i < WIDTH; i++)
-                widen4(raw[i], window_f[i]);
-            widen4(raw[KEEP], in);
-#pragma unroll
-            for (int ch = 0; ch < 4; ch++)
-                finite = finite && isfinite(in[ch]);
-            conv_token<WIDTH, Act, true>(d, taps, window_f, in, value);
-        }
+        for (int i = 0; i < WIDTH; i++)
+            widen4(raw[i], window_f[i]);
+        widen4(now, in);
+        if (t + 1 < c)
+            next = load_bits(tcp::input_at(a, window, r, t0 + t + 1, channel));
 #pragma unroll
         for (int ch = 0; ch < 4; ch++)
-            out[t * ld + 4 * e4 + ch] = t < c ? beta[t] * value[ch] : 0.0f;
+            finite = finite && (!live || isfinite(in[ch]));
+        conv_token<WIDTH, Act, true>(d, taps, window_f, in, value);
+#pragma unroll
+        for (int i = 0; i < KEEP; i++)
+            raw[i] = i + 1 < KEEP ? raw[i + 1] : now;
+#pragma unroll
+        for (int ch = 0; ch < 4; ch++)
+            out[t * ld + 4 * e4 + ch] = live ? beta[t] * value[ch] : 0.0f;
     }
     if (!finite)
         raise_flag(a.flags, a.capacity, slot, SSM_FLAG_NONFINITE_INPUT);
