@@ -163,26 +163,28 @@ __device__ void chunk_prologue_gates(const chunk_args &a, int32_t slot, int32_t 
 
 /* beta_t v_t of value head h for the chunk's tokens, to out ([C][ld],
  * zeros past c): the conv and SiLU of v's channels, as the prologue
- * kernel's record holds them (rounded to Act), times beta. Thread tid takes
- * the four channels 4 (tid % (V / 4)) of the consecutive tokens of group
- * tid / (V / 4) (C split evenly over a power of two of groups), the window
- * sliding from one token to the next as in chunk_prologue_qk (one load a
- * token, not W); threads past the groups take none. */
-template <int THREADS, class Act>
+ * kernel's record holds them (rounded to Act), times beta; by `threads`
+ * threads, this one `tid` of them (the block's last warps, while its first
+ * solve the inverse). Thread tid takes the four channels 4 (tid % (V / 4))
+ * of the consecutive tokens of group tid / (V / 4) (C split evenly over a
+ * power of two of groups), the window sliding from one token to the next
+ * as in chunk_prologue_qk (one load a token, not W); threads past the
+ * groups take none. */
+template <class Act>
 __device__ void chunk_prologue_values(const chunk_args &a, int32_t slot, int32_t r, int32_t t0,
                                       int32_t c, int32_t h, const float *beta, float *out,
-                                      int32_t ld)
+                                      int32_t ld, int32_t tid, int32_t threads)
 {
     typedef typename conv4<Act>::bits bits;
     using tcp::KEEP;
     using tcp::WIDTH;
     const dims &d = a.pro.d;
-    const int32_t quads = d.V / 4, groups = THREADS / quads;
+    const int32_t quads = d.V / 4, groups = threads / quads;
     int32_t usable = 1; /* the most groups, a power of two, that split the chunk evenly */
     while (2 * usable <= groups && SSM_CHUNK_TOKENS % (2 * usable) == 0)
         usable *= 2;
     const int32_t span = SSM_CHUNK_TOKENS / usable;
-    const int32_t e4 = threadIdx.x % quads, group = threadIdx.x / quads;
+    const int32_t e4 = tid % quads, group = tid / quads;
     if (group >= usable)
         return;
     const int32_t first = group * span;

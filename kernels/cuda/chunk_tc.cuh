@@ -114,20 +114,32 @@ inline int64_t chunk_tc_work_floats(int32_t K, int32_t V, int32_t HV, int32_t ro
 __host__ __device__ inline int32_t tc_pad(int32_t n) { return n + 4; }
 __host__ __device__ inline int32_t tc_pad_rows(int32_t n) { return n + 8; }
 
-/* k, q (KDA; GDN's q sits in the scratch), G, beta, GDN's per-token
- * factors e^G and e^{G_last - G}, A, T (QK before it) and a scratch: GDN's
- * q, then the block sums of T, beta e^G K, beta V; KDA's scaled operands of
- * a row block (2 x 16 left and up to 64 right rows) first. GDN's fits two
- * blocks on an SM at K = 128. */
-__host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
+/* The prepare's scratch: GDN's q, then beta V and beta e^G K; KDA's scaled
+ * operands of a row block (2 x 16 left and up to 64 right rows) first. */
+__host__ __device__ inline size_t chunk_prepare_scratch_floats(int32_t K, int32_t V, int32_t gk)
 {
     size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
     size_t scratch = (gk == 1 ? C : C + 32) * LK, keys = C * tc_pad_rows(K),
            values = C * tc_pad_rows(V), sums = C * LC;
     scratch = scratch > keys ? scratch : keys;
     scratch = scratch > values ? scratch : values;
-    scratch = scratch > sums ? scratch : sums;
-    return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC + scratch;
+    return scratch > sums ? scratch : sums;
+}
+
+/* Warps of the prepare that solve the inverse's blocks (one a diagonal
+ * block); the others compute the chunk's values meanwhile. */
+#define SSM_TC_INVERSE_WARPS (SSM_CHUNK_TOKENS / SSM_TC_SUB)
+
+/* k, q (KDA; GDN's q sits in the scratch), G, beta, GDN's per-token
+ * factors e^G and e^{G_last - G}, A, T (QK before it), the scratch, and
+ * the inverse's block sums (P, one 16 x 16 block for each warp below the
+ * diagonal's first). GDN's fits two blocks on an SM at K = 128. */
+__host__ __device__ inline size_t chunk_prepare_shared_floats(int32_t K, int32_t V, int32_t gk)
+{
+    size_t C = SSM_CHUNK_TOKENS, LK = tc_pad(K), LC = tc_pad(SSM_CHUNK_TOKENS);
+    size_t sums = (size_t)(SSM_TC_INVERSE_WARPS - 1) * SSM_TC_SUB * tc_pad_rows(SSM_TC_SUB);
+    return (gk == 1 ? 1 : 2) * C * LK + C * gk + C + (gk == 1 ? 2 * C : 0) + 2 * C * LC +
+           chunk_prepare_scratch_floats(K, V, gk) + sums;
 }
 
 /* The state tile of R value rows (fp32, or with bf16 products its bf16
@@ -583,10 +595,21 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
     }
 
     /* T = (I + A)^-1, unit lower triangular; only its blocks on and below
-     * the diagonal are written (and read). The four diagonal 16 x 16 blocks
-     * by forward substitution, a warp each, lane l holding column l % 16 of
-     * its block in registers (T_tl = [t == l] - sum_{m < t} A_tm T_ml). */
-    if (warp < C / B) {
+     * the diagonal are written (and read), by the first SSM_TC_INVERSE_WARPS
+     * warps alone, which meet at a named barrier: FUSED, the other warps
+     * compute the chunk's beta V into the scratch meanwhile. The four
+     * diagonal 16 x 16 blocks by forward substitution, a warp each, lane l
+     * holding column l % 16 of its block in registers (T_tl = [t == l] -
+     * sum_{m < t} A_tm T_ml). */
+    static_assert(C / B == SSM_TC_INVERSE_WARPS && SSM_TC_INVERSE_WARPS < WARPS,
+                  "a warp for each diagonal block, and warps besides");
+    constexpr int32_t INVERSE_THREADS = 32 * SSM_TC_INVERSE_WARPS;
+    const int32_t LVr = tc_pad_rows(V);
+    if (warp >= SSM_TC_INVERSE_WARPS) {
+        if constexpr (FUSED)
+            chunk_prologue_values<Act>(a, slot, r, first, c, h, beta, scratch, LVr,
+                                       tid - INVERSE_THREADS, THREADS - INVERSE_THREADS);
+    } else {
         const int32_t o = warp * B, l = lane & (B - 1);
         float column[B];
 #pragma unroll
@@ -601,40 +624,40 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
 #pragma unroll
             for (int32_t t = 0; t < B; t++)
                 T[(o + t) * LC + o + l] = column[t];
-    }
-    __syncthreads();
-    /* The blocks below, one diagonal after another, on tensor cores: T_IJ =
-     * -T_II P with P = sum_{J <= M < I} A_IM T_MJ, both 3xTF32 products of
-     * one warp; P goes through this warp's own place in the scratch. */
-    const int32_t LM = tc_pad_rows(B);
-    for (int32_t dist = 1; dist < C / B; dist++) {
-        for (int32_t J = warp; J < C / B - dist; J += WARPS) {
-            const int32_t I = J + dist;
-            float *P = scratch + warp * B * LM;
-            tc::tile f;
-            tc::zero(f);
-            tc::product<tc::A_ROWS, tc::B_ROWS>(f, A + I * B * LC + J * B, LC,
-                                                T + J * B * LC + J * B, LC, dist * B);
-            tc::store(P, LM, f);
-            __syncwarp();
-            tc::zero(f);
-            tc::product<tc::A_ROWS, tc::B_ROWS>(f, T + I * B * LC + I * B, LC, P, LM, B);
+        asm volatile("bar.sync 1, %0;" ::"n"(INVERSE_THREADS) : "memory");
+        /* The blocks below, one diagonal after another, on tensor cores:
+         * T_IJ = -T_II P with P = sum_{J <= M < I} A_IM T_MJ, both 3xTF32
+         * products of one warp; P goes through this warp's own place after
+         * the scratch. */
+        const int32_t LM = tc_pad_rows(B);
+        float *P = scratch + chunk_prepare_scratch_floats(K, V, gk) + warp * B * LM;
+        for (int32_t dist = 1; dist < C / B; dist++) {
+            const int32_t J = warp, I = J + dist; /* block (I, J): one a warp */
+            if (I < C / B) {
+                tc::tile f;
+                tc::zero(f);
+                tc::product<tc::A_ROWS, tc::B_ROWS>(f, A + I * B * LC + J * B, LC,
+                                                    T + J * B * LC + J * B, LC, dist * B);
+                tc::store(P, LM, f);
+                __syncwarp();
+                tc::zero(f);
+                tc::product<tc::A_ROWS, tc::B_ROWS>(f, T + I * B * LC + I * B, LC, P, LM, B);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
+                for (int hh = 0; hh < 2; hh++)
 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    f.x[hh][i] = -f.x[hh][i];
-            tc::store(T + I * B * LC + J * B, LC, f);
-            __syncwarp(); /* P is read before this warp's next block writes it */
+                    for (int i = 0; i < 4; i++)
+                        f.x[hh][i] = -f.x[hh][i];
+                tc::store(T + I * B * LC + J * B, LC, f);
+                __syncwarp(); /* P is read before this warp's next block writes it */
+            }
+            asm volatile("bar.sync 1, %0;" ::"n"(INVERSE_THREADS) : "memory");
         }
-        __syncthreads();
     }
+    __syncthreads(); /* T and (FUSED) beta V are in shared memory */
 
     /* Uv = T (beta V), from the values staged above. */
-    const int32_t LKr = tc_pad_rows(K), LVr = tc_pad_rows(V);
-    if constexpr (FUSED)
-        chunk_prologue_values<THREADS, Act>(a, slot, r, first, c, h, beta, scratch, LVr);
-    else
+    const int32_t LKr = tc_pad_rows(K);
+    if constexpr (!FUSED) {
 #pragma unroll
         for (int32_t i = 0; i < C / WARPS; i++)
 #pragma unroll
@@ -643,7 +666,8 @@ __global__ void __launch_bounds__(THREADS, THREADS > 256 ? 1 : 2)
                 if (y < V)
                     scratch[t * LVr + y] = t < c ? beta[t] * load(&staged[i][m]) : 0.0f;
             }
-    __syncthreads();
+        __syncthreads();
+    }
     tc::times_T(bf16, T, LC, scratch, LVr, V, rec + L.Uv, warp, WARPS);
     __syncthreads();
     /* W = T (beta e^G K), straight to the record. */
