@@ -57,6 +57,28 @@ __device__ __forceinline__ Act *window_of(const chunk_args &a, int32_t slot)
            ((int64_t)slot * a.layers + a.layer) * a.pro.conv_rows * a.pro.d.D;
 }
 
+/* The W - 1 inputs before position `first` of the pass (the window's rows
+ * for positions before it) into raw[0 .. W - 2], and the input at `first`
+ * into next, for a thread that slides its window from `first` on over the
+ * chunk's c tokens from t0; zeros where first >= c. */
+template <class Act>
+__device__ __forceinline__ void first_inputs(const chunk_args &a, const Act *window, int32_t r,
+                                             int32_t t0, int32_t first, int32_t c,
+                                             int32_t channel,
+                                             typename conv4<Act>::bits (&raw)[WIDTH],
+                                             typename conv4<Act>::bits &next)
+{
+    next = {};
+#pragma unroll
+    for (int i = 0; i < WIDTH; i++) {
+        raw[i] = {};
+        if (i < KEEP && first < c)
+            raw[i] = load_bits(input_at(a, window, r, t0 + first - KEEP + i, channel));
+    }
+    if (first < c)
+        next = load_bits(input_at(a, window, r, t0 + first, channel));
+}
+
 } /* namespace tcp */
 
 /* Normalized q (scaled by K^-0.5) and k of the chunk's tokens [t0, t0 + C)
@@ -85,15 +107,8 @@ __device__ void chunk_prologue_qk(const chunk_args &a, int32_t slot, int32_t r, 
     const Act *window = tcp::window_of<Act>(a, slot);
     float *dst = (is_k ? kc : qc) + x;
 
-    bits raw[WIDTH], next = {};
-#pragma unroll
-    for (int i = 0; i < WIDTH; i++) {
-        raw[i] = bits{};
-        if (i < KEEP && first < c)
-            raw[i] = load_bits(tcp::input_at(a, window, r, t0 + first - KEEP + i, channel));
-    }
-    if (first < c)
-        next = load_bits(tcp::input_at(a, window, r, t0 + first, channel));
+    bits raw[WIDTH], next;
+    tcp::first_inputs<Act>(a, window, r, t0, first, c, channel, raw, next);
     conv_taps<WIDTH> taps;
     conv_taps_load(d, a.pro.conv_weight, a.pro.conv_bias, channel, true, taps);
     bool finite = true;
@@ -192,15 +207,8 @@ __device__ void chunk_prologue_values(const chunk_args &a, int32_t slot, int32_t
     const Act *window = tcp::window_of<Act>(a, slot);
     conv_taps<WIDTH> taps;
     conv_taps_load(d, a.pro.conv_weight, a.pro.conv_bias, channel, true, taps);
-    bits raw[WIDTH], next = {};
-#pragma unroll
-    for (int i = 0; i < WIDTH; i++) {
-        raw[i] = bits{};
-        if (i < KEEP && first < c)
-            raw[i] = load_bits(tcp::input_at(a, window, r, t0 + first - KEEP + i, channel));
-    }
-    if (first < c)
-        next = load_bits(tcp::input_at(a, window, r, t0 + first, channel));
+    bits raw[WIDTH], next;
+    tcp::first_inputs<Act>(a, window, r, t0, first, c, channel, raw, next);
     bool finite = true;
 #pragma unroll 2
     for (int32_t s = 0; s < span; s++) {
