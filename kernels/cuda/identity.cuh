@@ -124,6 +124,36 @@ __device__ __forceinline__ const uint8_t *identity_record(const tile_args &a,
     return g.ring + (int64_t)((g.first + i) & a.ring_mask) * a.ring_layout.bytes;
 }
 
+/* A decode that commits itself (a.cell_arrivals): each of the `blocks`
+ * blocks of the (slot, layer) counts itself once every thread of it has
+ * read the ring's cursors (identity_ring_of, and identity_fold's reads: the
+ * caller's barrier comes after both), and the one that brings the count to
+ * `blocks` moves the cursor past the step's tokens as commit_kernel does
+ * for an accepted length of T: after a fold the ring restarts after the
+ * folded records and holds the new ones; else it grows by them. The add
+ * releases the block's reads and acquires the earlier blocks', so the last
+ * block writes after every reader. It then sets the count back to zero,
+ * so a step captured in a graph replays with it. Thread 0 alone. */
+__device__ __forceinline__ void identity_commit_arrive(const tile_args &a, int32_t slot,
+                                                       const identity_ring &g, int32_t blocks)
+{
+    if (!a.cell_arrivals || threadIdx.x != 0)
+        return;
+    const int64_t cell = (int64_t)slot * a.layers + a.layer;
+    int32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "l"(a.cell_arrivals + cell)
+                 : "memory");
+    if (before + 1 != blocks)
+        return;
+    int32_t *n = (int32_t *)a.ring_n, *start = (int32_t *)a.ring_start;
+    if (g.folded)
+        start[cell] = g.first & a.ring_mask;
+    n[cell] = g.kept + a.tokens;
+    a.cell_arrivals[cell] = 0;
+}
+
 /* Asks for chunk q (channels q * SSM_IDENTITY_CHUNK on) of `rows` rows of
  * S0 from `first` into buffer, SSM_IDENTITY_STRIDE floats a row. */
 __device__ __forceinline__ void identity_stage(float *buffer, const float *first, int32_t rows,
@@ -580,6 +610,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     float *wk = tokens.end, *wq = wk + (kept + T) * T;
     identity_stage_tokens<MAXT, KDA, Act>(a, g, slot, h, row0, rows, T, tokens);
     __syncthreads();
+    identity_commit_arrive(a, slot, g, row_blocks * d.HV);
 
     /* This row's products with every token, chunk by chunk; the weights
      * w^k_{ip}, w^q_{ip} of every record i the tokens see (i <= kept + p)

@@ -286,6 +286,8 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
     if (KDA)
         direct_weights<KDA>(d, hi, tokens, kept, T, wk, wq);
     __syncthreads(); /* the weights and the sums */
+    if (TP == 1) /* decodes alone commit themselves; the checkpoint's registers are free */
+        identity_commit_arrive(a, slot, g, row_blocks * d.HV);
     if ((int32_t)threadIdx.x >= SSM_DIRECT_ROWS)
         return;
 

@@ -380,6 +380,12 @@ struct tile_args {
     /* The identity kernel folds the rows that need it in its own blocks
      * (identity_fold) instead of after a HISTORY_FOLD job. */
     bool fold_inside;
+    /* A replay decode through the identity kernel that commits itself:
+     * [capacity][layers] counts of the blocks of a (slot, layer) that have
+     * read its ring's cursors, zero between steps; the last block moves
+     * the cursor past the step's token (identity_commit_arrive). NULL: a
+     * commit launch follows the step. */
+    int32_t *cell_arrivals;
     const float *q; /* [capacity][max_tokens][H][K] normalized, scaled; NULL: no outputs */
     const int32_t *token_offsets;
     int32_t piece;

@@ -21,7 +21,10 @@
  * variant: each tile applies the ring before the token, and the cell's
  * last block empties the ring) or, where native's decode takes two, its
  * prologue and a tile job that applies the ring. The choice is the host's,
- * from the row count alone. */
+ * from the row count alone. A larger decode through the identity can
+ * commit itself (decode_identity, SSMSTATE_CUDA_REPLAY_COMMIT=self): its
+ * prologue advances the window in place and the identity kernel moves the
+ * cursor, so it takes no commit launch. */
 #define SSM_STEP_HISTORY 1
 #include "plugins/common/cuda/launch.cuh"
 #include "kernels/cuda/pages.cuh"
@@ -39,7 +42,7 @@ struct replay_gpu {
     record_layout ring;  /* one replay record */
     int32_t *ring_start; /* [capacity][layers] */
     int32_t *fold_taken; /* [capacity][layers][2]: the (start, n) a folding decode took */
-    int32_t *cell_arrivals; /* [capacity][layers]: a one-launch folding decode's count */
+    int32_t *cell_arrivals; /* [capacity][layers]: the count of a decode that commits itself */
 };
 
 static gpu_common &G(replay_mode *r) { return r->gpu->common; }
@@ -187,12 +190,14 @@ static ssm_status cuda_prefill(void *instance, const ssm_step_v1 *step)
                                           r->base.services);
 }
 
-/* A verify's prologue: inputs staged in the conv buffer, records appended
- * to the ring after the history. */
-static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_args &ta)
+/* A step's prologue: records appended to the ring after the history, and
+ * the inputs staged in the conv buffer for the commit (stage) or the window
+ * advanced in place (a decode that commits itself). */
+static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_args &ta,
+                            bool stage)
 {
     gpu_common &g = G(r);
-    prep_args pa = prep_for(g, step, r->conv, true);
+    prep_args pa = prep_for(g, step, r->conv, stage);
     pa.records = r->records;
     pa.slot_stride = ta.ring_slot_stride;
     pa.layer_stride = ta.ring_layer_stride;
@@ -209,7 +214,7 @@ static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
     replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    ssm_status st = ring_prep(r, step, ta);
+    ssm_status st = ring_prep(r, step, ta, true);
     if (st != SSM_OK)
         return st;
     tile_step_tokens(ta, step);
@@ -257,12 +262,33 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
     return launch_tile(g, ta, step->stream, r->base.services);
 }
 
+/* A decode through the identity that commits itself: its prologue
+ * advances the window in place, as native's does, and the identity
+ * kernel's last block of each (slot, layer) moves the ring's cursor past
+ * the token (identity_commit_arrive), so no commit launch follows. The
+ * same window, cursor and records as a verify of one token and its commit. */
+static ssm_status decode_identity(replay_mode *r, const ssm_step_v1 *step)
+{
+    gpu_common &g = G(r);
+    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
+    ssm_status st = ring_prep(r, step, ta, false);
+    if (st != SSM_OK)
+        return st;
+    tile_step_tokens(ta, step);
+    ta.tok_in_ring = true;
+    ta.after_prep = true;
+    ta.cell_arrivals = r->gpu->cell_arrivals;
+    return launch_identity(g, ta, step->stream, r->base.services);
+}
+
 static ssm_status cuda_decode(void *instance, const ssm_step_v1 *step)
 {
     replay_mode *r = (replay_mode *)instance;
     gpu_common &g = G(r);
     if (step->rows <= r->options.fold_rows)
         return decode_folding(r, step);
+    if (r->options.outputs != REPLAY_OUTPUTS_EXACT && g.replay_self_commit)
+        return decode_identity(r, step);
     ssm_status st = cuda_verify(r, step);
     if (st != SSM_OK)
         return st;

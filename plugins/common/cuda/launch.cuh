@@ -53,6 +53,7 @@ struct gpu_common {
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
+    bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t prefill_group; /* tokens a prefill's prologue block takes (prep_group_tokens) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -187,6 +188,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
                         : strcmp(identity, "direct") == 0 ? IDENTITY_DIRECT
                         : strcmp(identity, "staged") == 0 ? IDENTITY_STAGED
                                                           : IDENTITY_AUTO;
+    /* SSMSTATE_CUDA_REPLAY_COMMIT=self: replay's identity decode commits
+     * itself (the window advanced by its prologue, the cursor by the
+     * identity kernel's last block of each slot and layer); unset or
+     * `launch`, it stages the inputs and commits in a launch of its own
+     * after the step, as a verify does. The same bits either way. */
+    const char *commit = getenv("SSMSTATE_CUDA_REPLAY_COMMIT");
+    g.replay_self_commit = commit && strcmp(commit, "self") == 0;
     /* One-token tile jobs stage two tiles ahead of the one they update
      * (48 KiB of shared memory a block); SSMSTATE_CUDA_DECODE_STAGES=2
      * stages one. The same bits either way. */
