@@ -482,19 +482,10 @@ __host__ __device__ inline int32_t prep_group_tokens(const prep_args &a, int32_t
     return a.d.W - 1 > group ? a.d.W - 1 : group;
 }
 
-/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), rows, token groups),
- * SSM_PREP_THREADS threads; WIDTH >= the conv width, and EXACT: the width is
- * WIDTH (conv_width). The exact kernel holds no code for other widths, so
- * ptxas allocates its registers alone: with the runtime-width path beside
- * it the width-4 kernel spilled 92 bytes and kept a 40-byte stack, alone it
- * keeps neither. Three blocks an SM leave a thread 80 registers: at four
- * (64) the width-4 kernel spilled 320 bytes, and replay's decode, which
- * waits on it, ran 3% (B = 256) to 10% (B = 1) slower on an H100. */
+/* Row r of the step, this block's channels and token group. */
 template <int WIDTH, class Act, bool EXACT>
-__global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
+__device__ __forceinline__ void prep_row(const prep_args &a, int32_t r)
 {
-    griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
-    int32_t r = blockIdx.y;
     int32_t slot = a.slots[r];
     int32_t e = blockIdx.x * blockDim.x + threadIdx.x;
     if (!slot_is_live(slot, a.capacity, a.flags, e == 0))
@@ -519,6 +510,24 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
         prep_gate<Act>(a, slot, r, first, end, e, place);
     if (e < a.d.HV)
         prep_beta<Act>(a, slot, r, first, end, e, place);
+}
+
+/* grid (ceil(max(D / 4, GW) / SSM_PREP_THREADS), at most rows, token
+ * groups), SSM_PREP_THREADS threads; block (x, y, z) takes rows y,
+ * y + gridDim.y, ... in turn (prep_row), so a large batch can run in fewer
+ * blocks than rows. WIDTH >= the conv width, and EXACT: the width is
+ * WIDTH (conv_width). The exact kernel holds no code for other widths, so
+ * ptxas allocates its registers alone: with the runtime-width path beside
+ * it the width-4 kernel spilled 92 bytes and kept a 40-byte stack, alone it
+ * keeps neither. Three blocks an SM leave a thread 80 registers: at four
+ * (64) the width-4 kernel spilled 320 bytes, and replay's decode, which
+ * waits on it, ran 3% (B = 256) to 10% (B = 1) slower on an H100. */
+template <int WIDTH, class Act, bool EXACT>
+__global__ void __launch_bounds__(SSM_PREP_THREADS, 3) prep_kernel(prep_args a)
+{
+    griddep_launch_dependents(); /* the recurrence kernel may start loading its state */
+    for (int32_t r = (int32_t)blockIdx.y; r < a.rows; r += (int32_t)gridDim.y)
+        prep_row<WIDTH, Act, EXACT>(a, r);
 }
 
 } /* namespace ssm */

@@ -54,6 +54,7 @@ struct gpu_common {
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
+    int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
     int32_t decode_stages; /* tiles a one-token tile job stages at once (tile_stream) */
     int32_t prefill_group; /* tokens a prefill's prologue block takes (prep_group_tokens) */
     int32_t sms;          /* the device's multiprocessors (launch shapes only) */
@@ -195,6 +196,12 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * after the step, as a verify does. The same bits either way. */
     const char *commit = getenv("SSMSTATE_CUDA_REPLAY_COMMIT");
     g.replay_self_commit = commit && strcmp(commit, "self") == 0;
+    /* SSMSTATE_CUDA_PREP_ROWS=N (1 to 64): each block of the prologue
+     * kernel takes N rows in turn, a grid of 1/N the blocks; 1 (the
+     * default) one row a block. The same bits either way. */
+    const char *prep_rows = getenv("SSMSTATE_CUDA_PREP_ROWS");
+    g.prep_rows = prep_rows ? (int32_t)strtol(prep_rows, NULL, 10) : 1;
+    g.prep_rows = g.prep_rows < 1 ? 1 : g.prep_rows > 64 ? 64 : g.prep_rows;
     /* One-token tile jobs stage two tiles ahead of the one they update
      * (48 KiB of shared memory a block); SSMSTATE_CUDA_DECODE_STAGES=2
      * stages one. The same bits either way. */
@@ -422,7 +429,8 @@ inline ssm_status launch_prep(const gpu_common &g, const prep_args &a, void *str
     int32_t groups = grouped.group_tokens > 0 && a.tokens > grouped.group_tokens
                          ? (a.tokens + grouped.group_tokens - 1) / grouped.group_tokens
                          : 1;
-    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, a.rows, groups);
+    int32_t row_blocks = (a.rows + g.prep_rows - 1) / g.prep_rows;
+    dim3 grid((width + SSM_PREP_THREADS - 1) / SSM_PREP_THREADS, row_blocks, groups);
     cudaStream_t st = (cudaStream_t)stream;
     by_width_and_act(g, [&](auto width, auto act) {
         constexpr int W = decltype(width)::value;
