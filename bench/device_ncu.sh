@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ncu's view of the decode kernels that miss their targets, over what
 # bench/device_stage.sh staged (carry .device/stage, or SSM_STAGE names
-# another staged build): native decode at
-# B = 256 and 64 (prologue and tile job), replay's decode (prologue and
-# identity kernel) at B = 256, and both again as one-launch steps (native's
-# at B = 1 too). Per kernel: duration, DRAM throughput,
+# another staged build): native decode at B = 256 and 64 (prologue and tile
+# job), replay's decode (prologue and identity kernel) at B = 256, both
+# again as one-launch steps (native's at B = 1 too), and replay's decode
+# launch by launch over a fold period. Per kernel: duration, DRAM throughput,
 # occupancy, registers, issue activity and the top warp stalls; then the
 # prologue's SASS with per-line counts (prep_sass.csv) and the one-launch
 # step kernel's at B = 1 (step1_sass.csv), and replay's kernels at B = 1.
@@ -61,6 +61,11 @@ probe step256 1 native 256 'step_kernel' 1
 probe step1 1 native 1 'step_kernel' 1
 probe replay256_one 1 replay 256 'prep|identity|commit' 3
 probe replay1 1 replay 1 'prep|identity|tile' 3
+# Replay's decode at B = 256 launch by launch over more than a fold period
+# (the bench's sample is one period, about 13 steps at L = 16): what the
+# prologue and the commit take beside the identity kernel, and the step
+# whose rows fold (its identity kernel also folds) against the others.
+probe replay256_period 0 replay 256 'prep|identity|commit' 42
 
 # The prologue instruction by instruction: its SASS with the executed
 # instructions and stalls of each line (native decode, B = 256).
