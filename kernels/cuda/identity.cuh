@@ -588,16 +588,23 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
     const int32_t buffer = identity_block_rows(d.V, per_block) * SSM_IDENTITY_STRIDE;
     float *staged = shared;
     const bool asked_early = !g.folded && a.fold_inside;
+    /* With a.fold_early a row that folds here folds before the prologue's
+       wait: the prologue appends past the folded records (ring_folds keeps
+       n + T <= L) and writes nothing else the fold reads. */
+    const bool fold_now = g.folded && a.fold_inside, before_wait = fold_now && a.fold_early;
     if (asked_early)
         identity_stage_first(staged, first_row, rows, d, chunks, buffer);
-    griddep_wait();
+    if (!before_wait)
+        griddep_wait();
     if (!asked_early) {
-        if (g.folded && a.fold_inside) {
+        if (fold_now) {
             identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
             __syncthreads();
         }
         identity_stage_first(staged, first_row, rows, d, chunks, buffer);
     }
+    if (before_wait)
+        griddep_wait();
 
     const record_layout &lay = a.ring_layout;
     const int32_t kept = g.kept, key_head = h / d.group;

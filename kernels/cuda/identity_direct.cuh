@@ -258,17 +258,23 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
                               (int64_t)(row0 + warp * SSM_DIRECT_WARP_ROWS) * d.K + 4 * lane;
     float4 s[SSM_DIRECT_WARP_ROWS];
     float s0 = 0.0f, e0 = 0.0f;
+    /* A row that folds in this block folds before the prologue's wait when
+       the launch asks (fold_early): the prologue writes nothing it reads. */
+    const bool fold_now = g.folded && a.fold_inside, before_wait = fold_now && a.fold_early;
     if (!g.folded)
         direct_ask_rows(s, lane_first);
     direct_ask_history<KDA>(a, g, h, row0, hi, &s0, &e0);
-    griddep_wait();
+    if (!before_wait)
+        griddep_wait();
     if (g.folded) {
-        if (a.fold_inside) {
+        if (fold_now) {
             identity_fold<SSM_DIRECT_K / 8, KDA, Act>(a, slot, h, row0, SSM_DIRECT_ROWS);
             __syncthreads(); /* the block's stores before its loads */
         }
         direct_ask_rows(s, lane_first);
     }
+    if (before_wait)
+        griddep_wait();
     identity_stage_tokens<TP, KDA, Act>(a, g, slot, h, row0, SSM_DIRECT_ROWS, T, tokens);
     if (!KDA && (int32_t)threadIdx.x < kept) {
         hi.gs[threadIdx.x] = s0;

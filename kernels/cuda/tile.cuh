@@ -378,8 +378,9 @@ struct tile_args {
     record_layout tok_layout;
     bool tok_in_ring;
     /* The identity kernel folds the rows that need it in its own blocks
-     * (identity_fold) instead of after a HISTORY_FOLD job. */
-    bool fold_inside;
+     * (identity_fold) instead of after a HISTORY_FOLD job; fold_early: before
+     * it waits for the step's prologue, beside it. */
+    bool fold_inside, fold_early;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
      * read its ring's cursors, zero between steps; the last block moves
