@@ -209,17 +209,28 @@ static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_
     return launch_prep(g, pa, step->stream, r->base.services);
 }
 
-static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
+/* A step's prologue (ring_prep), and into ta the arguments of the kernel
+ * that follows it: the step's tokens read from the ring after the history. */
+static ssm_status ring_step(replay_mode *r, const ssm_step_v1 *step, bool stage, tile_args &ta)
 {
-    replay_mode *r = (replay_mode *)instance;
-    gpu_common &g = G(r);
-    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    ssm_status st = ring_prep(r, step, ta, true);
+    ta = ring_tile(r, step->rows, step->slots, step->layer);
+    ssm_status st = ring_prep(r, step, ta, stage);
     if (st != SSM_OK)
         return st;
     tile_step_tokens(ta, step);
     ta.tok_in_ring = true;
     ta.after_prep = true;
+    return SSM_OK;
+}
+
+static ssm_status cuda_verify(void *instance, const ssm_step_v1 *step)
+{
+    replay_mode *r = (replay_mode *)instance;
+    gpu_common &g = G(r);
+    tile_args ta;
+    ssm_status st = ring_step(r, step, true, ta);
+    if (st != SSM_OK)
+        return st;
     if (r->options.outputs == REPLAY_OUTPUTS_EXACT) {
         ta.history_mode = HISTORY_STEP;
         ta.store = STORE_NONE;
@@ -270,13 +281,10 @@ static ssm_status decode_folding(replay_mode *r, const ssm_step_v1 *step)
 static ssm_status decode_identity(replay_mode *r, const ssm_step_v1 *step)
 {
     gpu_common &g = G(r);
-    tile_args ta = ring_tile(r, step->rows, step->slots, step->layer);
-    ssm_status st = ring_prep(r, step, ta, false);
+    tile_args ta;
+    ssm_status st = ring_step(r, step, false, ta);
     if (st != SSM_OK)
         return st;
-    tile_step_tokens(ta, step);
-    ta.tok_in_ring = true;
-    ta.after_prep = true;
     ta.cell_arrivals = r->gpu->cell_arrivals;
     return launch_identity(g, ta, step->stream, r->base.services);
 }
