@@ -141,6 +141,19 @@ __device__ __forceinline__ void griddep_wait()
 #endif
 }
 
+/* Adds one to *count with acquire-release order at GPU scope and returns the
+ * count after this arrival: what every block wrote before it is visible to
+ * the block that sees the last arrival. */
+__device__ __forceinline__ int32_t arrive(int32_t *count)
+{
+    int32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "l"(count)
+                 : "memory");
+    return before + 1;
+}
+
 /* Sum over the 32 lanes of a warp; every lane gets the same bits. */
 __device__ __forceinline__ float warp_sum(float v)
 {

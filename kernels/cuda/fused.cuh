@@ -399,20 +399,8 @@ __device__ __forceinline__ void step_window_arrive(const tile_args &a, const ste
 {
     if (threadIdx.x != 0)
         return;
-    int32_t before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
-                 : "=r"(before)
-                 : "l"(in.arrivals + p.j.cell * a.d.H + p.key_head)
-                 : "memory");
-    w.arrived = before + 1;
-    w.cell_arrived = 0;
-    if (HISTORY && ring.used > 0) {
-        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
-                     : "=r"(before)
-                     : "l"(in.cell_arrivals + p.j.cell)
-                     : "memory");
-        w.cell_arrived = before + 1;
-    }
+    w.arrived = arrive(in.arrivals + p.j.cell * a.d.H + p.key_head);
+    w.cell_arrived = HISTORY && ring.used > 0 ? arrive(in.cell_arrivals + p.j.cell) : 0;
 }
 
 /* The last block of a key head to arrive writes that head's q and k

@@ -140,12 +140,7 @@ __device__ __forceinline__ void identity_commit_arrive(const tile_args &a, int32
     if (!a.cell_arrivals || threadIdx.x != 0)
         return;
     const int64_t cell = (int64_t)slot * a.layers + a.layer;
-    int32_t before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;"
-                 : "=r"(before)
-                 : "l"(a.cell_arrivals + cell)
-                 : "memory");
-    if (before + 1 != blocks)
+    if (arrive(a.cell_arrivals + cell) != blocks)
         return;
     int32_t *n = (int32_t *)a.ring_n, *start = (int32_t *)a.ring_start;
     if (g.folded)
