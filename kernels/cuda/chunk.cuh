@@ -73,6 +73,10 @@ struct chunk_args {
     /* chunk_tc.cuh only: its products on bf16 operands, one pass each,
      * instead of 3xTF32 (the inverse of I + A keeps 3xTF32). */
     bool bf16_products;
+    /* chunk_tc.cuh only, with bf16_products: the scan streams a chunk's
+     * whole record while the chunk before computes (two records' room,
+     * chunk_scan2_shared_bytes); the same bits. */
+    bool scan_double_buffer;
     const float *q, *k, *g, *beta;
     const void *v;
     int64_t q_row, q_token, k_row, k_token, v_row, v_token, g_row, g_token, beta_row, beta_token;

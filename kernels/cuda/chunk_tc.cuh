@@ -877,7 +877,9 @@ inline int32_t chunk_scan_tile_rows(int32_t K, int32_t V, int32_t HV, int32_t ro
 }
 
 /* The scan over the records launch_chunk_prepare wrote, `tile_rows` (32
- * or 64, chunk_scan_tile_rows) value rows a block; the same bits either way. */
+ * or 64, chunk_scan_tile_rows) value rows a block, with two records' room
+ * when a.scan_double_buffer asks (the caller checks that it fits); the same
+ * bits either way. */
 template <class State, class Act>
 inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
                               const float *work, int32_t tile_rows, cudaStream_t st)
@@ -885,9 +887,13 @@ inline void launch_chunk_scan(const chunk_args &a, int32_t rows, int32_t chunks,
     with_key_dim(a.K, [&](auto k) {
         auto go = [&](auto r) {
             constexpr int R = decltype(r)::value;
-            size_t shared = chunk_scan_shared_floats(a.K, R) * sizeof(float);
-            auto kernel = a.bf16_products ? chunk_scan_bf16_kernel<decltype(k)::value, R, State, Act>
-                                          : chunk_scan_kernel<decltype(k)::value, R, State, Act>;
+            constexpr int K = decltype(k)::value;
+            bool two = a.bf16_products && a.scan_double_buffer;
+            size_t shared = two ? chunk_scan2_shared_bytes(K, R)
+                                : chunk_scan_shared_floats(K, R) * sizeof(float);
+            auto kernel = two                ? chunk_scan_bf16_kernel<K, R, 2, State, Act>
+                          : a.bf16_products ? chunk_scan_bf16_kernel<K, R, 1, State, Act>
+                                            : chunk_scan_kernel<K, R, State, Act>;
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
             kernel<<<dim3((unsigned)((a.V + R - 1) / R), (unsigned)a.HV, (unsigned)rows), 8 * R,
                      shared, st>>>(a, work, chunks);

@@ -14,7 +14,9 @@
  * sums its diagonal blocks pair by pair. It then runs the same batch in two
  * calls split at token 64, with the tensor-core scan in blocks of 64 value
  * rows instead of 32, and asks for the same bits (the same chunks computed,
- * every sum in the same order). The padding row's state and outputs must stay as they were.
+ * every sum in the same order). The bf16 form runs again with the scan's
+ * two records' room (chunk_args.scan_double_buffer), which must give the
+ * one-record scan's bits. The padding row's state and outputs must stay as they were.
  *
  * Prints TAP. Exit status: 0 all passed, 1 a failure, 77 no CUDA device. */
 #include <cuda_runtime.h>
@@ -156,9 +158,9 @@ std::vector<float> spread_q(const Batch &b)
 }
 
 /* The forms of the GPU's chunked recurrence under test. */
-enum { CUDA_CORES, TENSOR_CORES, TENSOR_CORES_BF16, FORMS };
-const char *const form_names[FORMS] = {"CUDA cores", "tensor cores",
-                                       "tensor cores, bf16 products"};
+enum { CUDA_CORES, TENSOR_CORES, TENSOR_CORES_BF16, TENSOR_CORES_BF16_DOUBLE, FORMS };
+const char *const form_names[FORMS] = {"CUDA cores", "tensor cores", "tensor cores, bf16 products",
+                                       "tensor cores, bf16 products, two records' room"};
 
 /* Runs tokens [first, first + counts[r]) of every row, continuing from the
  * device state, through chunk.cuh's kernel or chunk_tc.cuh's pair (its scan
@@ -199,7 +201,8 @@ bool run_gpu(const Batch &b, Device &d, int64_t first, const int32_t *counts, in
     a.out = d.out + first * b.v_token();
     a.out_row = b.nmax * b.v_token();
     a.out_token = b.v_token();
-    a.bf16_products = form == TENSOR_CORES_BF16;
+    a.bf16_products = form == TENSOR_CORES_BF16 || form == TENSOR_CORES_BF16_DOUBLE;
+    a.scan_double_buffer = form == TENSOR_CORES_BF16_DOUBLE;
     if (form != CUDA_CORES) {
         int32_t most = 0;
         for (int r = 0; r < ROWS; r++)
@@ -435,32 +438,43 @@ int main()
         std::vector<double> out64, S64;
         cpu_chunked(b, out_cpu, S_cpu);
         fp64_sequential(b, out64, S64);
+        std::vector<float> out_bf16, S_bf16; /* the one-record scan's, for the two-record one */
         for (int form = 0; form < FORMS; form++) {
             number++;
             std::vector<float> out, S, out_split, S_split;
             bool ran = gpu_batch(b, form, 0, out, S) &&
                        gpu_batch(b, form, SSM_CHUNK_TOKENS, out_split, S_split);
+            if (form == TENSOR_CORES_BF16) {
+                out_bf16 = out;
+                S_bf16 = S;
+            }
+            /* the two scans run the same sums: the same bits */
+            bool same_as_one_record = form != TENSOR_CORES_BF16_DOUBLE ||
+                                      (ran && same_bits(out, out_bf16) && same_bits(S, S_bf16));
             /* 3xTF32 products: as close as the CUDA-core form, within the
                contract's 1e-5 for an fp32 state (measured at most 1.8e-6);
                bf16 products: the contract's bound for them, 5e-3 from fp64,
                and so about that from the CPU's fp32 form */
-            double cpu_limit = form == TENSOR_CORES_BF16 ? 5e-3 : c.bf16_state ? 2e-3 : 1e-5;
+            double cpu_limit = form >= TENSOR_CORES_BF16 ? 5e-3 : c.bf16_state ? 2e-3 : 1e-5;
             double o_cpu = ran ? rel_rms(b, out, out_cpu, true) : NAN;
             double s_cpu = ran ? rel_rms(b, S, S_cpu, false) : NAN;
             double o_64 = ran ? rel_rms(b, out, out64, true) : NAN;
             double s_64 = ran ? rel_rms(b, S, S64, false) : NAN;
             bool split_same = ran && same_bits(out, out_split) && same_bits(S, S_split);
             bool pass = ran && o_cpu <= cpu_limit && s_cpu <= cpu_limit && o_64 <= 5e-3 &&
-                        s_64 <= 5e-3 && split_same && untouched(b, out, S);
+                        s_64 <= 5e-3 && split_same && same_as_one_record && untouched(b, out, S);
             failed += !pass;
             std::printf("%s %d - %s, %s %s state, n %lld, K %d, V %d: vs CPU chunked out %.2e "
                         "state %.2e (<= %.0e), vs fp64 out %.2e state %.2e (<= 5e-3), split at "
-                        "64 %s\n",
+                        "64 %s%s\n",
                         pass ? "ok" : "not ok", number,
                         form_names[form],
                         c.steep ? "KDA steep" : c.kda ? "KDA" : "GDN",
                         c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K, c.V, o_cpu, s_cpu,
-                        cpu_limit, o_64, s_64, split_same ? "bit-identical" : "DIFFERS");
+                        cpu_limit, o_64, s_64, split_same ? "bit-identical" : "DIFFERS",
+                        form != TENSOR_CORES_BF16_DOUBLE ? ""
+                        : same_as_one_record             ? ", one-record scan's bits"
+                                                         : ", one-record scan's bits DIFFER");
         }
     }
     return failed ? 1 : 0;

@@ -71,6 +71,7 @@ struct gpu_common {
     bool tensor_core_prefill;   /* ... and runs on chunk_tc.cuh's kernels */
     bool prefill_bf16_products; /* ... with bf16 products (prefill_precision = fast) */
     bool prefill_fused;         /* ... and its prepare runs the prologue (chunk_prologue.cuh) */
+    bool prefill_scan_double;   /* ... and its bf16 scan has two records' room */
 };
 
 /* Bytes of the tensor-core prefill's work records of one chunk (every
@@ -232,6 +233,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
     const char *prologue = getenv("SSMSTATE_CUDA_PREFILL_PROLOGUE");
     g.prefill_fused = g.tensor_core_prefill && g.d.W == SSM_CHUNK_PROLOGUE_WIDTH &&
                       !(prologue && strcmp(prologue, "kernel") == 0);
+    /* A measuring knob: SSMSTATE_CUDA_PREFILL_SCAN=double gives the scan of
+     * a `fast` prefill two records' room, so a chunk's whole record streams
+     * while the chunk before computes (two barriers a chunk instead of
+     * three), where it fits at 64 value rows a block. The same bits. */
+    const char *prefill_scan = getenv("SSMSTATE_CUDA_PREFILL_SCAN");
+    g.prefill_scan_double = prefill_scan && strcmp(prefill_scan, "double") == 0 &&
+                            chunk_scan2_shared_bytes(g.d.K, 64) <= (size_t)g.shared_optin;
     const char *fast = getenv("SSMSTATE_CUDA_FAST_MATH");
     g.d.fast_math = !(fast && strcmp(fast, "0") == 0);
     g.flags = s->struct_size >= offsetof(ssm_services_v1, device_flags) + sizeof(void *)
@@ -695,6 +703,7 @@ inline ssm_status launch_prefill_group(const gpu_common &g, const ssm_step_v1 *s
         a.flags = g.flags;
         a.rows_own_inputs = true;
         a.bf16_products = g.prefill_bf16_products;
+        a.scan_double_buffer = g.prefill_scan_double;
         a.q = g.prefill_q;
         a.q_token = (int64_t)d.H * d.K;
         a.q_row = tokens * a.q_token;
