@@ -87,9 +87,9 @@ if wanted chunk && time_for 60; then
     grep '^not ok' "$O/chunk_cuda.log" | head -8
     time_for 40 && timeout 90 "$S/bin/bench_chunk" >"$O/bench_chunk.txt" 2>&1
     echo "bench_chunk: exit $? $(elapsed)"
-    time_for 40 && SSM_BENCH_SCAN=double timeout 90 "$S/bin/bench_chunk" \
-        >"$O/bench_chunk_double.txt" 2>&1
-    echo "bench_chunk, scan with two records' room: exit $? $(elapsed)"
+    time_for 40 && SSM_BENCH_SCAN=single timeout 90 "$S/bin/bench_chunk" \
+        >"$O/bench_chunk_single.txt" 2>&1
+    echo "bench_chunk, scan with one record's room: exit $? $(elapsed)"
 fi
 wanted forced && time_for 150 && modes one_launch SSMSTATE_CUDA_ONE_LAUNCH=1
 wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
@@ -142,8 +142,8 @@ if wanted fla && time_for 60; then
     tail -14 "$O/vs_fla.txt"
 fi
 [ -f "$O/bench_chunk.txt" ] && cat "$O/bench_chunk.txt"
-[ -f "$O/bench_chunk_double.txt" ] && echo "== scan with two records' room" &&
-    grep -A2 "tc bf16 mma" "$O/bench_chunk_double.txt" | grep -v "^--"
+[ -f "$O/bench_chunk_single.txt" ] && echo "== scan with one record's room" &&
+    grep -A2 "tc bf16 mma" "$O/bench_chunk_single.txt" | grep -v "^--"
 [ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
 [ -f "$O/prefill_modes.txt" ] && grep -E "gdn|kda" "$O/prefill_modes.txt" | head -96
 for v in default one_launch stages2 fold_job commit_self prep_rows4 fold_early $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
