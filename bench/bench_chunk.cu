@@ -145,10 +145,6 @@ double time_shape(const Shape &s, int form, int reps)
         a.out_row = a.v_row;
         a.bf16_products =
             form == FORM_BF16_PRODUCTS || form == FORM_BF16_PREPARE || form == FORM_BF16_SCAN;
-        /* the bf16 scan with two records' room, as the library runs it;
-           SSM_BENCH_SCAN=single: one */
-        const char *scan = std::getenv("SSM_BENCH_SCAN");
-        a.scan_double_buffer = !(scan && std::strcmp(scan, "single") == 0);
         const int base = form == FORM_BF16_PRODUCTS  ? FORM_BOTH
                          : form == FORM_BF16_PREPARE ? FORM_PREPARE
                          : form == FORM_BF16_SCAN    ? FORM_SCAN
@@ -175,6 +171,11 @@ double time_shape(const Shape &s, int form, int reps)
         const char *forced = std::getenv("SSM_BENCH_TILE_ROWS");
         const int32_t tile = forced ? std::atoi(forced)
                                     : ssm::chunk_scan_tile_rows(K, V, s.HV, s.rows, sms, optin);
+        /* the bf16 scan with two records' room where it fits, as the
+           library runs it; SSM_BENCH_SCAN=single: one */
+        const char *scan = std::getenv("SSM_BENCH_SCAN");
+        a.scan_double_buffer = !(scan && std::strcmp(scan, "single") == 0) &&
+                               ssm::chunk_scan2_shared_bytes(K, tile) <= (size_t)optin;
         cudaEvent_t start, stop;
         cudaEventCreate(&start);
         cudaEventCreate(&stop);
