@@ -202,6 +202,9 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
         head_tile<E, RPL, float> t;
         tile_place(t, tile);
+        if (a.fold_ahead)
+            records_prefetch<E, RPL, KDA, float, Act>(t, d, a.ring_layout, ring, start, used,
+                                                      a.ring_mask, h);
         tile_load(t, d, head);
         apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start, used,
                                                       a.ring_mask, h, a.layout);

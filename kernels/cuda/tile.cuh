@@ -379,8 +379,10 @@ struct tile_args {
     bool tok_in_ring;
     /* The identity kernel folds the rows that need it in its own blocks
      * (identity_fold) instead of after a HISTORY_FOLD job; fold_early: before
-     * it waits for the step's prologue, beside it. */
-    bool fold_inside, fold_early;
+     * it waits for the step's prologue, beside it; fold_ahead: everything
+     * its records give a lane asked of L1 before the tile loads
+     * (records_prefetch). */
+    bool fold_inside, fold_early, fold_ahead;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
      * read its ring's cursors, zero between steps; the last block moves
@@ -490,6 +492,35 @@ __device__ __forceinline__ void token_prefetch(const dims &d, const record_layou
             if (KDA)
                 asm volatile("prefetch.global.L1 [%0];" ::"l"(record + decay + c * 128));
         }
+    }
+}
+
+/* Asks L1 for all that `count` records from first (ring index, masked)
+ * give this lane of tile t: token_prefetch's k (and KDA's decays), the
+ * k scales, beta, GDN's decay and the lane's rows of v. Changes no result. */
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ __forceinline__ void records_prefetch(const head_tile<E, RPL, State> &t, const dims &d,
+                                                 const record_layout &lay, const uint8_t *base,
+                                                 int32_t first, int32_t count, int32_t mask,
+                                                 int32_t h)
+{
+    token_prefetch<E, KDA, Act>(d, lay, base, first, count, mask, h, t.sub);
+    const uint8_t *v = base + lay.v + ((int64_t)h * d.V + t.row0) * (int64_t)sizeof(Act);
+#pragma unroll 1
+    for (int32_t i = 0; i < count; i++) {
+        const int64_t at = (int64_t)((first + i) & mask) * lay.bytes;
+        const uint8_t *record = base + at;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.beta + (int64_t)h * 4));
+        if (!KDA)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.decay + (int64_t)h * 4));
+        if (lay.k_scale > 0)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.k_scale +
+                                                          (int64_t)(h / d.group) * 4));
+#pragma unroll
+        for (int r = 0; r < RPL; r++)
+            if (tile_row(t, r) < d.V)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(
+                    v + at + (int64_t)r * SSM_WARP_ROWS * (int64_t)sizeof(Act)));
     }
 }
 

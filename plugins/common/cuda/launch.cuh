@@ -53,6 +53,7 @@ struct gpu_common {
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     bool identity_fold_early;  /* ... before it waits for the prologue */
+    bool identity_fold_ahead;  /* ... its records asked of L1 before the tile loads */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
@@ -181,6 +182,11 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
     /* SSMSTATE_CUDA_REPLAY_FOLD=early: inside, before the kernel waits for
      * the step's prologue, so that the two overlap. */
     g.identity_fold_early = fold && strcmp(fold, "early") == 0;
+    /* SSMSTATE_CUDA_REPLAY_FOLD_AHEAD=1: a fold inside the identity kernel
+     * asks L1 for all its records give a lane before it loads the tile, so
+     * that the records' chain of updates reads L1. The same bits either way. */
+    const char *ahead = getenv("SSMSTATE_CUDA_REPLAY_FOLD_AHEAD");
+    g.identity_fold_ahead = ahead && strcmp(ahead, "1") == 0;
     /* Replay's one-token identity steps of GDN at K = 128 run on
      * identity_direct.cuh's kernel (the checkpoint into registers), others
      * on identity.cuh's (staged through shared memory): on an H100 at
@@ -1106,6 +1112,7 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     tile_args b = a;
     b.fold_inside = g.identity_fold_inside;
     b.fold_early = g.identity_fold_early;
+    b.fold_ahead = g.identity_fold_ahead;
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
