@@ -110,7 +110,7 @@ __device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, in
     identity_ring g;
     int64_t cell = (int64_t)slot * a.layers + a.layer;
     int32_t used = a.ring_n[cell], start = a.ring_start[cell];
-    bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history);
+    bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, slot);
     g.ring = a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     g.kept = folded ? 0 : used;
     g.first = folded ? start + used : start;

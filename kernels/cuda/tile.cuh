@@ -367,7 +367,7 @@ struct tile_args {
     int64_t ring_slot_stride, ring_layer_stride;
     record_layout ring_layout;
     const int32_t *ring_n, *ring_start;
-    int32_t ring_mask, history;
+    int32_t ring_mask, history, fold_stagger; /* fold_stagger: ring_folds */
     const int32_t *fold_taken; /* HISTORY_THROUGH: [capacity][layers] (start, n) */
     /* Tokens: record of token t at tok + slot * tok_slot_stride + layer *
      * tok_layer_stride + t * tok_layout.bytes, or in the ring after the
@@ -653,7 +653,8 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
         apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, d, j.ring, a.ring_layout, start,
                                                          used, a.ring_mask, j.h, a.layout);
         bool folding = a.history_mode == HISTORY_STEP || a.history_mode == HISTORY_FOLD;
-        if (folding && ring_folds(used, a.tokens, a.max_tokens, a.history))
+        if (folding &&
+            ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, j.slot))
             tile_store(t, d, source);
     }
 
@@ -792,7 +793,8 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
     j.cell = (int64_t)j.slot * a.layers + j.layer;
     if (a.history_mode == HISTORY_FOLD) {
         griddep_wait(); /* before the cursors, as every history job */
-        if (!ring_folds(a.ring_n[j.cell], a.tokens, a.max_tokens, a.history))
+        if (!ring_folds(a.ring_n[j.cell], a.tokens, a.max_tokens, a.history, a.fold_stagger,
+                        j.slot))
             return;
         j.n_tokens = 0;
     }

@@ -54,6 +54,7 @@ struct gpu_common {
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     bool identity_fold_early;  /* ... before it waits for the prologue */
     bool identity_fold_ahead;  /* ... its records asked of L1 before the tile loads */
+    int32_t replay_fold_stagger; /* replay's rings fold up to slot % this early (ring_folds) */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
@@ -187,6 +188,16 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * that the records' chain of updates reads L1. The same bits either way. */
     const char *ahead = getenv("SSMSTATE_CUDA_REPLAY_FOLD_AHEAD");
     g.identity_fold_ahead = ahead && strcmp(ahead, "1") == 0;
+    /* SSMSTATE_CUDA_REPLAY_FOLD_STAGGER=S (1 to 16; 1, the default: none):
+     * the ring of slot s folds up to s % S records early, so that slots
+     * whose rings fill together (a batch admitted at once) fold on
+     * different steps, each step's folds beside the other rows' streaming.
+     * The same committed bits either way (ring_folds). */
+    const char *stagger = getenv("SSMSTATE_CUDA_REPLAY_FOLD_STAGGER");
+    g.replay_fold_stagger = stagger ? (int32_t)strtol(stagger, NULL, 10) : 1;
+    g.replay_fold_stagger = g.replay_fold_stagger < 1    ? 1
+                            : g.replay_fold_stagger > 16 ? 16
+                                                         : g.replay_fold_stagger;
     /* Replay's one-token identity steps of GDN at K = 128 run on
      * identity_direct.cuh's kernel (the checkpoint into registers), others
      * on identity.cuh's (staged through shared memory): on an H100 at
