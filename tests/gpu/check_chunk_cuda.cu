@@ -439,6 +439,7 @@ int main()
         cpu_chunked(b, out_cpu, S_cpu);
         fp64_sequential(b, out64, S64);
         std::vector<float> out_bf16, S_bf16; /* the one-record scan's, for the two-record one */
+        bool bf16_ran = false;
         for (int form = 0; form < FORMS; form++) {
             number++;
             std::vector<float> out, S, out_split, S_split;
@@ -447,6 +448,7 @@ int main()
             if (form == TENSOR_CORES_BF16) {
                 out_bf16 = out;
                 S_bf16 = S;
+                bf16_ran = ran;
             }
             /* the two scans run the same sums: the same bits */
             bool same_as_one_record = form != TENSOR_CORES_BF16_DOUBLE ||
@@ -473,6 +475,7 @@ int main()
                         c.bf16_state ? "bf16" : "fp32", (long long)c.n, c.K, c.V, o_cpu, s_cpu,
                         cpu_limit, o_64, s_64, split_same ? "bit-identical" : "DIFFERS",
                         form != TENSOR_CORES_BF16_DOUBLE ? ""
+                        : !bf16_ran                      ? ", the one-record scan did not run"
                         : same_as_one_record             ? ", one-record scan's bits"
                                                          : ", one-record scan's bits DIFFER");
         }
