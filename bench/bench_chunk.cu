@@ -219,7 +219,8 @@ double time_shape(const Shape &s, int form, int reps)
 } /* namespace */
 
 /* bench_chunk [SHAPE [REPS]]: every shape and form, or shape SHAPE (0-7)
- * in the tensor-core form only (for a profiler). */
+ * in one form only, for a profiler: the tensor-core pair, or the form
+ * numbered SSM_BENCH_FORM (its row in the table, from 0). */
 int main(int argc, char **argv)
 {
     const Shape shapes[] = {
@@ -234,12 +235,14 @@ int main(int argc, char **argv)
     };
     const int shape_count = (int)(sizeof shapes / sizeof shapes[0]);
     int only = argc > 1 ? std::atoi(argv[1]) : -1, reps = argc > 2 ? std::atoi(argv[2]) : 20;
+    const char *picked = std::getenv("SSM_BENCH_FORM");
+    const int only_form = picked ? std::atoi(picked) : FORM_BOTH;
     std::printf("%-20s %-12s %12s %12s %16s\n", "model", "kernel", "B x T", "median ms",
                 "tokens/s/layer");
     int failed = 0;
     for (int i = 0; i < shape_count; i++)
         for (int form = 0; form < FORMS; form++) {
-            if (only >= 0 && (i != only || form != FORM_BOTH))
+            if (only >= 0 && (i != only || form != only_form))
                 continue;
             const Shape &s = shapes[i];
             double ms = time_shape(s, form, form == FORM_CUDA_CORES ? 5 : reps);

@@ -21,7 +21,9 @@ warm-up, tokens/s per layer from the first:
               ssmstate's prefill computes (it takes the conv from the projections), less the
               gates' few elementwise operations. The conv's output is not fed to the chunk call
               (timing only: same shapes and bytes).
-Usage: python3 bench/fla_prefill.py [--reps N] [--only gdn|kda]  (fla-core as fla_bench.py finds it)
+  --kernels   after a shape's timings, fla's chunk call under torch.profiler: each GPU kernel it
+              launches, with its mean time a call, to read how fla splits the work.
+Usage: python3 bench/fla_prefill.py [--reps N] [--only gdn|kda] [--kernels]  (fla-core as fla_bench.py finds it)
 """
 import argparse
 import os
@@ -43,6 +45,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--only", choices=("gdn", "kda"), help="time one model (Triton compiles take minutes)")
+    p.add_argument("--kernels", action="store_true", help="each kernel of fla's chunk call, profiled")
     args = p.parse_args()
     import importlib
     import torch
@@ -130,6 +133,26 @@ def main():
                 note = (note + "; " if note else "") + f"conv: {type(e).__name__}"
         print(f"{model:8s} {label} {ms:10.3f} {B * T / ms / 1e3:14.2f}M {eager:9.3f} {with_conv:>10s}"
               f"  {note}", flush=True)
+        if args.kernels:
+            kernel_times(torch, call, args.reps)
+
+
+def kernel_times(torch, call, reps):
+    """Each GPU kernel of `reps` calls under torch.profiler: mean microseconds a call."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    total = 0.0
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0)) / reps
+        if us <= 0:
+            continue
+        total += us
+        print(f"    kernel {us:9.1f} us  x{e.count / reps:.0f}  {e.key[:90]}", flush=True)
+    print(f"    kernels {total:9.1f} us a call", flush=True)
 
 
 if __name__ == "__main__":
