@@ -25,7 +25,7 @@ struct commit_args {
     int32_t conv_rows;
     int32_t *current;              /* native; NULL otherwise */
     int32_t *ring_n, *ring_start;  /* replay; NULL otherwise */
-    int32_t ring_mask, history, fold_stagger; /* fold_stagger: ring_folds */
+    int32_t ring_mask, history;
     uint32_t *flags;
 };
 
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
         if (e == 0 && a.ring_n) {
             int64_t cell = (int64_t)slot * a.layers + layer;
             int32_t used = a.ring_n[cell];
-            if (ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, slot)) {
+            if (ring_folds(used, a.tokens, a.max_tokens, a.history)) {
                 a.ring_start[cell] = (a.ring_start[cell] + used) & a.ring_mask;
                 a.ring_n[cell] = 0;
             }
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(SSM_PREP_THREADS) commit_kernel(commit_args a)
     if (a.ring_n) {
         int64_t cell = (int64_t)slot * a.layers + layer;
         int32_t used = a.ring_n[cell];
-        if (ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, slot)) {
+        if (ring_folds(used, a.tokens, a.max_tokens, a.history)) {
             a.ring_start[cell] = (a.ring_start[cell] + used) & a.ring_mask;
             a.ring_n[cell] = accepted;
         } else {

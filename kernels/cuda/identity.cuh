@@ -110,7 +110,7 @@ __device__ __forceinline__ identity_ring identity_ring_of(const tile_args &a, in
     identity_ring g;
     int64_t cell = (int64_t)slot * a.layers + a.layer;
     int32_t used = a.ring_n[cell], start = a.ring_start[cell];
-    bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, slot);
+    bool folded = ring_folds(used, a.tokens, a.max_tokens, a.history);
     g.ring = a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     g.kept = folded ? 0 : used;
     g.first = folded ? start + used : start;
@@ -182,8 +182,11 @@ __device__ __forceinline__ void identity_stage_first(float *staged, const float 
  * needs it: its value rows' tiles of the checkpoint through the ring's n
  * committed records with native's update in the recurrence's layout
  * (tile.cuh: the threads of this block are a tile block's), stored back.
- * The same functions as every other fold, so native's bits. */
-template <int E, bool KDA, class Act>
+ * The same functions as every other fold, so native's bits, whether each
+ * record's loads are asked for during the update before (a.fold_ahead,
+ * where the kernel allows it: AHEAD; its second token_regs made the
+ * staged kernels spill) or not. */
+template <int E, bool KDA, class Act, bool AHEAD = false>
 __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, int32_t h,
                                               int32_t row0, int32_t rows)
 {
@@ -202,12 +205,13 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
         head_tile<E, RPL, float> t;
         tile_place(t, tile);
-        if (a.fold_ahead)
-            records_prefetch<E, RPL, KDA, float, Act>(t, d, a.ring_layout, ring, start, used,
-                                                      a.ring_mask, h);
         tile_load(t, d, head);
-        apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start, used,
-                                                      a.ring_mask, h, a.layout);
+        if (AHEAD && a.fold_ahead)
+            apply_records_ahead<E, RPL, KDA, float, Act>(t, d, ring, a.ring_layout, start, used,
+                                                         a.ring_mask, h, a.layout);
+        else
+            apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start,
+                                                          used, a.ring_mask, h, a.layout);
         tile_store(t, d, head);
     }
 }

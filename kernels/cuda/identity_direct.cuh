@@ -268,7 +268,8 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
         griddep_wait();
     if (g.folded) {
         if (fold_now) {
-            identity_fold<SSM_DIRECT_K / 8, KDA, Act>(a, slot, h, row0, SSM_DIRECT_ROWS);
+            identity_fold<SSM_DIRECT_K / 8, KDA, Act, true>(a, slot, h, row0,
+                                                               SSM_DIRECT_ROWS);
             __syncthreads(); /* the block's stores before its loads */
         }
         direct_ask_rows(s, lane_first);

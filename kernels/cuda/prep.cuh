@@ -58,7 +58,7 @@ struct prep_args {
     bool records_by_row;
     record_layout layout;
     const int32_t *ring_n, *ring_start;
-    int32_t ring_mask, history, fold_stagger; /* fold_stagger: ring_folds */
+    int32_t ring_mask, history;
     float *q; /* [capacity][max_tokens][H][K]: normalized and scaled (by row: [rows]) */
     uint32_t *flags;
     /* Replay's folding decode (its records go to the token scratch): the
@@ -90,18 +90,11 @@ __device__ __forceinline__ int64_t input_token(const prep_args &a, int32_t r, in
  * they must land past the history they are folded from: the ring keeps
  * n <= L - T_max at every step (n + T + T_max > L folds, replay's rule
  * n + 2T > L for full-width verifies; a decode folds at n = L - T_max).
- * With `stagger` s > 1 the ring of `slot` folds up to slot % s records
- * early (never before it holds one), so that slots whose rings fill
- * together fold on different steps. Folding earlier changes no committed
- * bit: a fold is native's update, record by record. After a fold the new
- * records start a fresh gate sum. */
+ * After a fold the new records start a fresh gate sum. */
 __device__ __forceinline__ bool ring_folds(int32_t n, int32_t tokens, int32_t max_tokens,
-                                           int32_t history, int32_t stagger, int32_t slot)
+                                           int32_t history)
 {
-    int32_t room = history - tokens - max_tokens; /* the most records that do not fold */
-    int32_t early = stagger > 1 ? slot % stagger : 0;
-    early = early < room ? early : room;
-    return n + tokens + max_tokens + early > history;
+    return n + tokens + max_tokens > history;
 }
 
 /* Where a row's records go: record t at base + index(t) * bytes. */
@@ -131,8 +124,7 @@ __device__ inline record_place place_of(const prep_args &a, int32_t slot, int32_
         int32_t used = a.ring_n[cell], start = a.ring_start[cell];
         p.first = start + used;
         p.mask = a.ring_mask;
-        if (used > 0 &&
-            !ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, slot))
+        if (used > 0 && !ring_folds(used, a.tokens, a.max_tokens, a.history))
             p.previous = p.base + (int64_t)((start + used - 1) & a.ring_mask) * p.bytes;
     }
     return p;

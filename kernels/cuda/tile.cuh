@@ -367,7 +367,7 @@ struct tile_args {
     int64_t ring_slot_stride, ring_layer_stride;
     record_layout ring_layout;
     const int32_t *ring_n, *ring_start;
-    int32_t ring_mask, history, fold_stagger; /* fold_stagger: ring_folds */
+    int32_t ring_mask, history;
     const int32_t *fold_taken; /* HISTORY_THROUGH: [capacity][layers] (start, n) */
     /* Tokens: record of token t at tok + slot * tok_slot_stride + layer *
      * tok_layer_stride + t * tok_layout.bytes, or in the ring after the
@@ -379,10 +379,11 @@ struct tile_args {
     bool tok_in_ring;
     /* The identity kernel folds the rows that need it in its own blocks
      * (identity_fold) instead of after a HISTORY_FOLD job; fold_early: before
-     * it waits for the step's prologue, beside it; fold_ahead: everything
-     * its records give a lane asked of L1 before the tile loads
-     * (records_prefetch). */
-    bool fold_inside, fold_early, fold_ahead;
+     * it waits for the step's prologue, beside it. */
+    bool fold_inside, fold_early;
+    /* identity_fold's records: each one's loads asked for during the
+     * update before it (apply_records_ahead), or after it. The same bits. */
+    bool fold_ahead;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
      * read its ring's cursors, zero between steps; the last block moves
@@ -495,35 +496,6 @@ __device__ __forceinline__ void token_prefetch(const dims &d, const record_layou
     }
 }
 
-/* Asks L1 for all that `count` records from first (ring index, masked)
- * give this lane of tile t: token_prefetch's k (and KDA's decays), the
- * k scales, beta, GDN's decay and the lane's rows of v. Changes no result. */
-template <int E, int RPL, bool KDA, class State, class Act>
-__device__ __forceinline__ void records_prefetch(const head_tile<E, RPL, State> &t, const dims &d,
-                                                 const record_layout &lay, const uint8_t *base,
-                                                 int32_t first, int32_t count, int32_t mask,
-                                                 int32_t h)
-{
-    token_prefetch<E, KDA, Act>(d, lay, base, first, count, mask, h, t.sub);
-    const uint8_t *v = base + lay.v + ((int64_t)h * d.V + t.row0) * (int64_t)sizeof(Act);
-#pragma unroll 1
-    for (int32_t i = 0; i < count; i++) {
-        const int64_t at = (int64_t)((first + i) & mask) * lay.bytes;
-        const uint8_t *record = base + at;
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.beta + (int64_t)h * 4));
-        if (!KDA)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.decay + (int64_t)h * 4));
-        if (lay.k_scale > 0)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(record + lay.k_scale +
-                                                          (int64_t)(h / d.group) * 4));
-#pragma unroll
-        for (int r = 0; r < RPL; r++)
-            if (tile_row(t, r) < d.V)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(
-                    v + at + (int64_t)r * SSM_WARP_ROWS * (int64_t)sizeof(Act)));
-    }
-}
-
 /* Applies `count` records from first (ring index, masked) without outputs. */
 template <int E, int RPL, bool KDA, class State, class Act, bool PREFETCH>
 __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const uint8_t *base,
@@ -538,6 +510,32 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
         token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
         tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused, layout);
+    }
+}
+
+/* apply_records with each record's loads asked for while the record before
+ * it updates the tile, two token_regs taking turns: a chain of records
+ * then waits on one record's loads, not on each. The same updates in the
+ * same order, so the same bits. */
+template <int E, int RPL, bool KDA, class State, class Act>
+__device__ void apply_records_ahead(head_tile<E, RPL, State> &t, const dims &d,
+                                    const uint8_t *base, const record_layout &lay, int32_t first,
+                                    int32_t count, int32_t mask, int32_t h, uint32_t layout = 0)
+{
+    token_regs<E, RPL, KDA> even, odd;
+    float unused[RPL];
+    auto record = [&](int32_t i) { return base + (int64_t)((first + i) & mask) * lay.bytes; };
+    if (count > 0)
+        token_load<E, RPL, KDA, State, Act>(even, d, lay, record(0), h, t);
+    for (int32_t i = 0; i < count; i += 2) {
+        if (i + 1 < count)
+            token_load<E, RPL, KDA, State, Act>(odd, d, lay, record(i + 1), h, t);
+        tile_token<E, RPL, KDA, State>(t, even, (const float *)0, unused, layout);
+        if (i + 1 >= count)
+            break;
+        if (i + 2 < count)
+            token_load<E, RPL, KDA, State, Act>(even, d, lay, record(i + 2), h, t);
+        tile_token<E, RPL, KDA, State>(t, odd, (const float *)0, unused, layout);
     }
 }
 
@@ -653,8 +651,7 @@ __device__ __forceinline__ void tile_run(head_tile<E, RPL, State> &t, const tile
         apply_records<E, RPL, KDA, State, Act, PREFETCH>(t, d, j.ring, a.ring_layout, start,
                                                          used, a.ring_mask, j.h, a.layout);
         bool folding = a.history_mode == HISTORY_STEP || a.history_mode == HISTORY_FOLD;
-        if (folding &&
-            ring_folds(used, a.tokens, a.max_tokens, a.history, a.fold_stagger, j.slot))
+        if (folding && ring_folds(used, a.tokens, a.max_tokens, a.history))
             tile_store(t, d, source);
     }
 
@@ -793,8 +790,7 @@ __global__ void __launch_bounds__(32 * SSM_TILE_WARPS, MIN_BLOCKS) tile_kernel(t
     j.cell = (int64_t)j.slot * a.layers + j.layer;
     if (a.history_mode == HISTORY_FOLD) {
         griddep_wait(); /* before the cursors, as every history job */
-        if (!ring_folds(a.ring_n[j.cell], a.tokens, a.max_tokens, a.history, a.fold_stagger,
-                        j.slot))
+        if (!ring_folds(a.ring_n[j.cell], a.tokens, a.max_tokens, a.history))
             return;
         j.n_tokens = 0;
     }

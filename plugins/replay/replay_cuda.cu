@@ -148,7 +148,6 @@ static tile_args ring_tile(replay_mode *r, int32_t rows, const int32_t *slots, i
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
     a.history = r->options.history;
-    a.fold_stagger = g.replay_fold_stagger;
     return a;
 }
 
@@ -207,7 +206,6 @@ static ssm_status ring_prep(replay_mode *r, const ssm_step_v1 *step, const tile_
     pa.ring_start = r->gpu->ring_start;
     pa.ring_mask = ta.ring_mask;
     pa.history = ta.history;
-    pa.fold_stagger = ta.fold_stagger;
     return launch_prep(g, pa, step->stream, r->base.services);
 }
 
@@ -307,7 +305,6 @@ static ssm_status cuda_decode(void *instance, const ssm_step_v1 *step)
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
     a.history = r->options.history;
-    a.fold_stagger = g.replay_fold_stagger;
     return launch_commit(g, a, step->layer, 1, step->stream, r->base.services);
 }
 
@@ -320,7 +317,6 @@ static ssm_status cuda_commit(void *instance, const ssm_commit_v1 *c)
     a.ring_start = r->gpu->ring_start;
     a.ring_mask = r->options.history - 1;
     a.history = r->options.history;
-    a.fold_stagger = g.replay_fold_stagger;
     return launch_commit(g, a, 0, g.layers, c->stream, r->base.services);
 }
 

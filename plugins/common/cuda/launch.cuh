@@ -53,8 +53,7 @@ struct gpu_common {
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     bool identity_fold_early;  /* ... before it waits for the prologue */
-    bool identity_fold_ahead;  /* ... its records asked of L1 before the tile loads */
-    int32_t replay_fold_stagger; /* replay's rings fold up to slot % this early (ring_folds) */
+    bool identity_fold_ahead;  /* ... each record's loads during the update before */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
@@ -183,21 +182,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
     /* SSMSTATE_CUDA_REPLAY_FOLD=early: inside, before the kernel waits for
      * the step's prologue, so that the two overlap. */
     g.identity_fold_early = fold && strcmp(fold, "early") == 0;
-    /* SSMSTATE_CUDA_REPLAY_FOLD_AHEAD=1: a fold inside the identity kernel
-     * asks L1 for all its records give a lane before it loads the tile, so
-     * that the records' chain of updates reads L1. The same bits either way. */
-    const char *ahead = getenv("SSMSTATE_CUDA_REPLAY_FOLD_AHEAD");
-    g.identity_fold_ahead = ahead && strcmp(ahead, "1") == 0;
-    /* SSMSTATE_CUDA_REPLAY_FOLD_STAGGER=S (1 to 16; 1, the default: none):
-     * the ring of slot s folds up to s % S records early, so that slots
-     * whose rings fill together (a batch admitted at once) fold on
-     * different steps, each step's folds beside the other rows' streaming.
-     * The same committed bits either way (ring_folds). */
-    const char *stagger = getenv("SSMSTATE_CUDA_REPLAY_FOLD_STAGGER");
-    g.replay_fold_stagger = stagger ? (int32_t)strtol(stagger, NULL, 10) : 1;
-    g.replay_fold_stagger = g.replay_fold_stagger < 1    ? 1
-                            : g.replay_fold_stagger > 16 ? 16
-                                                         : g.replay_fold_stagger;
+    /* SSMSTATE_CUDA_REPLAY_FOLD_LOADS: how the direct kernel's blocks
+     * (identity_direct.cuh) run those records, `ahead` (the default: each
+     * record's loads asked for during the update before it) or `plain` (a
+     * record's loads, then its update, as the staged kernel's always do).
+     * The same bits either way. */
+    const char *loads = getenv("SSMSTATE_CUDA_REPLAY_FOLD_LOADS");
+    g.identity_fold_ahead = !(loads && strcmp(loads, "plain") == 0);
     /* Replay's one-token identity steps of GDN at K = 128 run on
      * identity_direct.cuh's kernel (the checkpoint into registers), others
      * on identity.cuh's (staged through shared memory): on an H100 at
