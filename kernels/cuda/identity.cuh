@@ -178,17 +178,101 @@ __device__ __forceinline__ void identity_stage_first(float *staged, const float 
     }
 }
 
+/* Floats fold_stage_records needs for `records` records of a block of
+ * `rows` value rows: k, the decay (one or K), beta and the rows' v of each. */
+__host__ __device__ inline size_t fold_stage_floats(int32_t records, int32_t rows, const dims &d)
+{
+    return (size_t)records * (size_t)(d.K + rows + (d.kda ? d.K : 1) + 1);
+}
+
+/* Where fold_stage_records puts record i's parts. */
+struct fold_stage {
+    float *k, *v, *decay, *beta; /* [records][K], [records][rows], [records][1 or K], [records] */
+    int32_t rows;
+};
+
+__device__ __forceinline__ fold_stage fold_stage_at(float *at, int32_t records, int32_t rows,
+                                                    const dims &d)
+{
+    fold_stage f;
+    f.k = at;
+    f.v = f.k + (int64_t)records * d.K;
+    f.decay = f.v + (int64_t)records * rows;
+    f.beta = f.decay + (int64_t)records * (d.kda ? d.K : 1);
+    f.rows = rows;
+    return f;
+}
+
+/* Copies what `used` records from `start` give value head h's rows
+ * [row0, row0 + rows) into shared memory, each value as token_load makes
+ * it (k normalized by the record's scale, v converted, rows past V zero),
+ * so updates from the copy have token_load's bits. Every thread of the
+ * block calls it; a barrier must follow before the copy is read. */
+template <bool KDA, class Act>
+__device__ __forceinline__ void fold_stage_records(const fold_stage &f, const dims &d,
+                                                   const record_layout &lay,
+                                                   const uint8_t *ring, int32_t start,
+                                                   int32_t used, int32_t mask, int32_t h,
+                                                   int32_t row0)
+{
+    const int32_t key_head = h / d.group, K = d.K, G = KDA ? d.K : 1;
+    auto record = [&](int32_t i) { return ring + (int64_t)((start + i) & mask) * lay.bytes; };
+    for (int32_t e = threadIdx.x; e < used * K; e += blockDim.x) {
+        const int32_t i = e / K, c = e % K;
+        const uint8_t *r = record(i);
+        float k;
+        if (lay.k_scale > 0)
+            k = normalized_k(load((const Act *)(r + lay.k) + (int64_t)key_head * K + c),
+                             ((const float *)(r + lay.k_scale))[key_head]);
+        else
+            k = ((const float *)(r + lay.k))[(int64_t)key_head * K + c];
+        f.k[e] = k;
+    }
+    for (int32_t e = threadIdx.x; e < used * f.rows; e += blockDim.x) {
+        const int32_t i = e / f.rows, row = row0 + e % f.rows;
+        f.v[e] = row < d.V ? load((const Act *)(record(i) + lay.v) + (int64_t)h * d.V + row)
+                           : 0.0f;
+    }
+    for (int32_t e = threadIdx.x; e < used * G; e += blockDim.x) {
+        const int32_t i = e / G, c = e % G;
+        f.decay[e] = ((const float *)(record(i) + lay.decay))[(int64_t)h * G + c];
+    }
+    for (int32_t i = threadIdx.x; i < used; i += blockDim.x)
+        f.beta[i] = ((const float *)(record(i) + lay.beta))[h];
+}
+
+/* Record i of a fold_stage as token_load would give it to tile t, whose
+ * rows start at the staged block's row0. */
+template <int E, int RPL, bool KDA>
+__device__ __forceinline__ void fold_stage_token(token_regs<E, RPL, KDA> &tk,
+                                                 const fold_stage &f, const dims &d, int32_t i,
+                                                 const head_tile<E, RPL, float> &t, int32_t row0)
+{
+    load_lane<E>(f.k + (int64_t)i * d.K, t.sub, tk.k);
+    if constexpr (KDA)
+        load_lane<E>(f.decay + (int64_t)i * d.K, t.sub, tk.decay);
+    else
+        tk.decay[0] = f.decay[i];
+    tk.beta = f.beta[i];
+#pragma unroll
+    for (int r = 0; r < RPL; r++)
+        tk.v[r] = f.v[i * f.rows + tile_row(t, r) - row0];
+}
+
 /* The fold of a row whose ring would overflow, done by the block that
  * needs it: its value rows' tiles of the checkpoint through the ring's n
  * committed records with native's update in the recurrence's layout
  * (tile.cuh: the threads of this block are a tile block's), stored back.
- * The same functions as every other fold, so native's bits, whether each
- * record's loads are asked for during the update before (a.fold_ahead,
- * where the kernel allows it: AHEAD; its second token_regs made the
- * staged kernels spill) or not. */
-template <int E, bool KDA, class Act, bool AHEAD = false>
+ * The same functions as every other fold, so native's bits. With `staged`
+ * (shared memory of fold_stage_floats(history, rows, d) floats that the
+ * block holds nothing in) and a.fold_staged, the records are first copied
+ * there all at once (fold_stage_records), so the chain of updates reads
+ * shared memory instead of waiting on each record's loads from L2; the
+ * same values, so the same bits. Every thread of the block calls it. */
+template <int E, bool KDA, class Act>
 __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, int32_t h,
-                                              int32_t row0, int32_t rows)
+                                              int32_t row0, int32_t rows,
+                                              float *staged = nullptr)
 {
     constexpr int RPL = SSM_TILE_RPL;
     static_assert(SSM_IDENTITY_THREADS == 32 * SSM_TILE_WARPS,
@@ -202,16 +286,29 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     const uint8_t *ring =
         a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     float *head = state_head<float>(a, slot, a.layer, 0, h);
+    const bool from_stage = staged && a.fold_staged;
+    fold_stage f;
+    if (from_stage) {
+        f = fold_stage_at(staged, used, rows, d);
+        fold_stage_records<KDA, Act>(f, d, a.ring_layout, ring, start, used, a.ring_mask, h,
+                                     row0);
+        __syncthreads();
+    }
     for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
         head_tile<E, RPL, float> t;
         tile_place(t, tile);
         tile_load(t, d, head);
-        if (AHEAD && a.fold_ahead)
-            apply_records_ahead<E, RPL, KDA, float, Act>(t, d, ring, a.ring_layout, start, used,
-                                                         a.ring_mask, h, a.layout);
-        else
+        if (from_stage) {
+            token_regs<E, RPL, KDA> tk;
+            float unused[RPL];
+            for (int32_t i = 0; i < used; i++) {
+                fold_stage_token<E, RPL, KDA>(tk, f, d, i, t, row0);
+                tile_token<E, RPL, KDA, float>(t, tk, (const float *)0, unused, a.layout);
+            }
+        } else {
             apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start,
                                                           used, a.ring_mask, h, a.layout);
+        }
         tile_store(t, d, head);
     }
 }

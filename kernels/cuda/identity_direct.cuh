@@ -268,8 +268,11 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
         griddep_wait();
     if (g.folded) {
         if (fold_now) {
-            identity_fold<SSM_DIRECT_K / 8, KDA, Act, true>(a, slot, h, row0,
-                                                               SSM_DIRECT_ROWS);
+            /* The fold's records go where the history's would: a folding
+               row keeps none, and fold_stage_floats(L, ROWS, d) is at
+               most direct_history's L (ROWS + K + 2, or 3 K for KDA). */
+            identity_fold<SSM_DIRECT_K / 8, KDA, Act>(a, slot, h, row0, SSM_DIRECT_ROWS,
+                                                      shared);
             __syncthreads(); /* the block's stores before its loads */
         }
         direct_ask_rows(s, lane_first);

@@ -381,9 +381,10 @@ struct tile_args {
      * (identity_fold) instead of after a HISTORY_FOLD job; fold_early: before
      * it waits for the step's prologue, beside it. */
     bool fold_inside, fold_early;
-    /* identity_fold's records: each one's loads asked for during the
-     * update before it (apply_records_ahead), or after it. The same bits. */
-    bool fold_ahead;
+    /* identity_fold's records: staged in shared memory once a block
+     * (fold_records_staged) where the kernel has room for them, or each
+     * read from the ring by its update. The same bits. */
+    bool fold_staged;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
      * read its ring's cursors, zero between steps; the last block moves
@@ -510,32 +511,6 @@ __device__ void apply_records(head_tile<E, RPL, State> &t, const dims &d, const 
         const uint8_t *record = base + (int64_t)((first + i) & mask) * lay.bytes;
         token_load<E, RPL, KDA, State, Act>(tk, d, lay, record, h, t);
         tile_token<E, RPL, KDA, State>(t, tk, (const float *)0, unused, layout);
-    }
-}
-
-/* apply_records with each record's loads asked for while the record before
- * it updates the tile, two token_regs taking turns: a chain of records
- * then waits on one record's loads, not on each. The same updates in the
- * same order, so the same bits. */
-template <int E, int RPL, bool KDA, class State, class Act>
-__device__ void apply_records_ahead(head_tile<E, RPL, State> &t, const dims &d,
-                                    const uint8_t *base, const record_layout &lay, int32_t first,
-                                    int32_t count, int32_t mask, int32_t h, uint32_t layout = 0)
-{
-    token_regs<E, RPL, KDA> even, odd;
-    float unused[RPL];
-    auto record = [&](int32_t i) { return base + (int64_t)((first + i) & mask) * lay.bytes; };
-    if (count > 0)
-        token_load<E, RPL, KDA, State, Act>(even, d, lay, record(0), h, t);
-    for (int32_t i = 0; i < count; i += 2) {
-        if (i + 1 < count)
-            token_load<E, RPL, KDA, State, Act>(odd, d, lay, record(i + 1), h, t);
-        tile_token<E, RPL, KDA, State>(t, even, (const float *)0, unused, layout);
-        if (i + 1 >= count)
-            break;
-        if (i + 2 < count)
-            token_load<E, RPL, KDA, State, Act>(even, d, lay, record(i + 2), h, t);
-        tile_token<E, RPL, KDA, State>(t, odd, (const float *)0, unused, layout);
     }
 }
 

@@ -53,7 +53,7 @@ struct gpu_common {
     int32_t one_launch;   /* ONE_LAUNCH_*: decode and verify in one launch (fused.cuh) */
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     bool identity_fold_early;  /* ... before it waits for the prologue */
-    bool identity_fold_ahead;  /* ... each record's loads during the update before */
+    bool identity_fold_staged; /* ... its records staged in shared memory first */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
@@ -183,12 +183,13 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * the step's prologue, so that the two overlap. */
     g.identity_fold_early = fold && strcmp(fold, "early") == 0;
     /* SSMSTATE_CUDA_REPLAY_FOLD_LOADS: how the direct kernel's blocks
-     * (identity_direct.cuh) run those records, `ahead` (the default: each
-     * record's loads asked for during the update before it) or `plain` (a
-     * record's loads, then its update, as the staged kernel's always do).
-     * The same bits either way. */
+     * (identity_direct.cuh) read those records, `staged` (the default:
+     * every record the block needs copied into shared memory at once,
+     * then the updates from there) or `plain` (each record from the ring
+     * by its update, as the staged kernel's always are). The same bits
+     * either way. */
     const char *loads = getenv("SSMSTATE_CUDA_REPLAY_FOLD_LOADS");
-    g.identity_fold_ahead = !(loads && strcmp(loads, "plain") == 0);
+    g.identity_fold_staged = !(loads && strcmp(loads, "plain") == 0);
     /* Replay's one-token identity steps of GDN at K = 128 run on
      * identity_direct.cuh's kernel (the checkpoint into registers), others
      * on identity.cuh's (staged through shared memory): on an H100 at
@@ -1114,7 +1115,7 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     tile_args b = a;
     b.fold_inside = g.identity_fold_inside;
     b.fold_early = g.identity_fold_early;
-    b.fold_ahead = g.identity_fold_ahead;
+    b.fold_staged = g.identity_fold_staged;
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
