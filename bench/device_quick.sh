@@ -71,8 +71,8 @@ wanted knobs && time_for 25 && bench prep_rows4 "examples/qwen3-next.ini example
     SSMSTATE_CUDA_PREP_ROWS=4
 wanted knobs && time_for 25 && bench fold_early "examples/qwen3-next.ini examples/kimi-linear.ini" \
     SSMSTATE_CUDA_REPLAY_FOLD=early
-wanted knobs && time_for 25 && bench fold_staged "examples/qwen3-next.ini examples/kimi-linear.ini" \
-    SSMSTATE_CUDA_REPLAY_FOLD_LOADS=staged
+wanted knobs && time_for 25 && bench fold_plain "examples/qwen3-next.ini examples/kimi-linear.ini" \
+    SSMSTATE_CUDA_REPLAY_FOLD_LOADS=plain
 # Candidates under measurement: SSM_DEVICE_BENCH_VARIANTS and
 # SSM_DEVICE_MODES_VARIANTS hold space-separated NAME:VAR=VALUE,VAR=VALUE.
 for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do
@@ -98,7 +98,7 @@ wanted forced && time_for 150 && modes two_launch SSMSTATE_CUDA_ONE_LAUNCH=0 \
     SSMSTATE_CUDA_REPLAY_FOLD=job SSMSTATE_CUDA_DECODE_STAGES=2
 wanted forced && time_for 150 && modes exact_math SSMSTATE_CUDA_ONE_LAUNCH=1 SSMSTATE_CUDA_FAST_MATH=0
 wanted forced && time_for 150 && modes replay_commit SSMSTATE_CUDA_REPLAY_COMMIT=self \
-    SSMSTATE_CUDA_PREP_ROWS=4 SSMSTATE_CUDA_REPLAY_FOLD=early SSMSTATE_CUDA_REPLAY_FOLD_LOADS=staged
+    SSMSTATE_CUDA_PREP_ROWS=4 SSMSTATE_CUDA_REPLAY_FOLD=early SSMSTATE_CUDA_REPLAY_FOLD_LOADS=plain
 ls .device/wheels/fla_core-*.whl >/dev/null 2>&1 &&
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
         .device/wheels/fla_core-*.whl
@@ -148,7 +148,7 @@ fi
     grep -A2 "tc bf16 mma" "$O/bench_chunk_single.txt" | grep -v "^--"
 [ -f "$O/fla_prefill.txt" ] && grep -E "gdn|kda" "$O/fla_prefill.txt" | head -8
 [ -f "$O/prefill_modes.txt" ] && grep -E "gdn|kda" "$O/prefill_modes.txt" | head -96
-for v in default one_launch stages2 fold_job commit_self prep_rows4 fold_early fold_staged $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
+for v in default one_launch stages2 fold_job commit_self prep_rows4 fold_early fold_plain $(for spec in ${SSM_DEVICE_BENCH_VARIANTS:-}; do echo "${spec%%:*}"; done); do
     [ -f "$O/layer_$v.txt" ] || continue
     echo "== $v"
     grep -E "^ *(decode|round a=3|copy) .* (native|compact|replay|copy) " "$O/layer_$v.txt" |
