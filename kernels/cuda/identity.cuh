@@ -178,14 +178,8 @@ __device__ __forceinline__ void identity_stage_first(float *staged, const float 
     }
 }
 
-/* Floats fold_stage_records needs for `records` records of a block of
- * `rows` value rows: k, the decay (one or K), beta and the rows' v of each. */
-__host__ __device__ inline size_t fold_stage_floats(int32_t records, int32_t rows, const dims &d)
-{
-    return (size_t)records * (size_t)(d.K + rows + (d.kda ? d.K : 1) + 1);
-}
-
-/* Where fold_stage_records puts record i's parts. */
+/* Where fold_stage_records puts record i's parts: records (K + rows +
+ * (KDA ? K : 1) + 1) floats in all. */
 struct fold_stage {
     float *k, *v, *decay, *beta; /* [records][K], [records][rows], [records][1 or K], [records] */
     int32_t rows;
@@ -264,8 +258,8 @@ __device__ __forceinline__ void fold_stage_token(token_regs<E, RPL, KDA> &tk,
  * committed records with native's update in the recurrence's layout
  * (tile.cuh: the threads of this block are a tile block's), stored back.
  * The same functions as every other fold, so native's bits. With `staged`
- * (shared memory of fold_stage_floats(history, rows, d) floats that the
- * block holds nothing in) and a.fold_staged, the records are first copied
+ * (shared memory with room for fold_stage_at's layout of `history`
+ * records, that the block holds nothing in) and a.fold_staged, the records are first copied
  * there all at once (fold_stage_records), so the chain of updates reads
  * shared memory instead of waiting on each record's loads from L2; the
  * same values, so the same bits. Every thread of the block calls it. */

@@ -269,8 +269,9 @@ __global__ void __launch_bounds__(SSM_DIRECT_THREADS, 4) identity_direct_kernel(
     if (g.folded) {
         if (fold_now) {
             /* The fold's records go where the history's would: a folding
-               row keeps none, and fold_stage_floats(L, ROWS, d) is at
-               most direct_history's L (ROWS + K + 2, or 3 K for KDA). */
+               row keeps none, and fold_stage_at's L (K + ROWS + 2, or
+               2 K + ROWS + 1 for KDA) floats are at most direct_history's
+               L (ROWS + K + 2, or ROWS + 3 K for KDA). */
             identity_fold<SSM_DIRECT_K / 8, KDA, Act>(a, slot, h, row0, SSM_DIRECT_ROWS,
                                                       shared);
             __syncthreads(); /* the block's stores before its loads */

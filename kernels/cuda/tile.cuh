@@ -382,7 +382,7 @@ struct tile_args {
      * it waits for the step's prologue, beside it. */
     bool fold_inside, fold_early;
     /* identity_fold's records: staged in shared memory once a block
-     * (fold_records_staged) where the kernel has room for them, or each
+     * (fold_stage_records) where the kernel has room for them, or each
      * read from the ring by its update. The same bits. */
     bool fold_staged;
     /* A replay decode through the identity kernel that commits itself:
