@@ -154,6 +154,50 @@ __device__ __forceinline__ int32_t arrive(int32_t *count)
     return before + 1;
 }
 
+/* The elements e = threadIdx.x, + blockDim.x, + 2 blockDim.x, ... of an
+ * [n][per] array as (i, c) = (e / per, e % per), stepped with one
+ * division at the start instead of two per element. */
+struct block_walk {
+    int32_t i, c, per, di, dc;
+    __device__ __forceinline__ explicit block_walk(int32_t per_)
+        : i((int32_t)threadIdx.x / per_), c((int32_t)threadIdx.x % per_), per(per_),
+          di((int32_t)blockDim.x / per_), dc((int32_t)blockDim.x % per_)
+    {
+    }
+    __device__ __forceinline__ void next()
+    {
+        i += di;
+        c += dc;
+        if (c >= per) {
+            c -= per;
+            i++;
+        }
+    }
+};
+
+/* Stores value(i, c) into to[i * per + c] for the block's [n][per]
+ * elements. Each thread asks for BATCH of its elements before it stores
+ * any, so their loads are in flight together. Every thread of the block
+ * calls it; a barrier must follow before `to` is read. */
+template <int BATCH, class Value>
+__device__ __forceinline__ void stage_elements(float *to, int32_t n, int32_t per, Value value)
+{
+    const int32_t total = n * per, step = (int32_t)blockDim.x;
+    block_walk w(per);
+    for (int32_t e = (int32_t)threadIdx.x; e < total; e += BATCH * step) {
+        float x[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            x[b] = e + b * step < total ? value(w.i, w.c) : 0.0f;
+            w.next();
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; b++)
+            if (e + b * step < total)
+                to[e + b * step] = x[b];
+    }
+}
+
 /* Sum over the 32 lanes of a warp; every lane gets the same bits. */
 __device__ __forceinline__ float warp_sum(float v)
 {

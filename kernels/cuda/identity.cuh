@@ -40,6 +40,7 @@
 #define SSM_KERNELS_CUDA_IDENTITY_CUH
 
 #include "kernels/cuda/tile.cuh"
+#include "kernels/cuda/mma_tf32.cuh"
 
 namespace ssm {
 
@@ -178,8 +179,14 @@ __device__ __forceinline__ void identity_stage_first(float *staged, const float 
     }
 }
 
-/* Where fold_stage_records puts record i's parts: records (K + rows +
- * (KDA ? K : 1) + 1) floats in all. */
+/* Floats fold_stage_at's layout takes for `records` records of `rows` value rows. */
+__host__ __device__ inline int64_t fold_stage_floats(int32_t records, int32_t rows,
+                                                     const dims &d)
+{
+    return (int64_t)records * (d.K + rows + (d.kda ? d.K : 1) + 1);
+}
+
+/* Where fold_stage_records puts record i's parts. */
 struct fold_stage {
     float *k, *v, *decay, *beta; /* [records][K], [records][rows], [records][1 or K], [records] */
     int32_t rows;
@@ -211,28 +218,27 @@ __device__ __forceinline__ void fold_stage_records(const fold_stage &f, const di
 {
     const int32_t key_head = h / d.group, K = d.K, G = KDA ? d.K : 1;
     auto record = [&](int32_t i) { return ring + (int64_t)((start + i) & mask) * lay.bytes; };
-    for (int32_t e = threadIdx.x; e < used * K; e += blockDim.x) {
-        const int32_t i = e / K, c = e % K;
-        const uint8_t *r = record(i);
-        float k;
-        if (lay.k_scale > 0)
-            k = normalized_k(load((const Act *)(r + lay.k) + (int64_t)key_head * K + c),
-                             ((const float *)(r + lay.k_scale))[key_head]);
-        else
-            k = ((const float *)(r + lay.k))[(int64_t)key_head * K + c];
-        f.k[e] = k;
-    }
-    for (int32_t e = threadIdx.x; e < used * f.rows; e += blockDim.x) {
-        const int32_t i = e / f.rows, row = row0 + e % f.rows;
-        f.v[e] = row < d.V ? load((const Act *)(record(i) + lay.v) + (int64_t)h * d.V + row)
-                           : 0.0f;
-    }
-    for (int32_t e = threadIdx.x; e < used * G; e += blockDim.x) {
-        const int32_t i = e / G, c = e % G;
-        f.decay[e] = ((const float *)(record(i) + lay.decay))[(int64_t)h * G + c];
-    }
-    for (int32_t i = threadIdx.x; i < used; i += blockDim.x)
-        f.beta[i] = ((const float *)(record(i) + lay.beta))[h];
+    if (lay.k_scale > 0)
+        stage_elements<4>(f.k, used, K, [&](int32_t i, int32_t c) {
+            const uint8_t *r = record(i);
+            return normalized_k(load((const Act *)(r + lay.k) + (int64_t)key_head * K + c),
+                                ((const float *)(r + lay.k_scale))[key_head]);
+        });
+    else
+        stage_elements<4>(f.k, used, K, [&](int32_t i, int32_t c) {
+            return ((const float *)(record(i) + lay.k))[(int64_t)key_head * K + c];
+        });
+    stage_elements<4>(f.v, used, f.rows, [&](int32_t i, int32_t c) {
+        const int32_t row = row0 + c;
+        return row < d.V ? load((const Act *)(record(i) + lay.v) + (int64_t)h * d.V + row)
+                         : 0.0f;
+    });
+    stage_elements<4>(f.decay, used, G, [&](int32_t i, int32_t c) {
+        return ((const float *)(record(i) + lay.decay))[(int64_t)h * G + c];
+    });
+    stage_elements<1>(f.beta, used, 1, [&](int32_t i, int32_t) {
+        return ((const float *)(record(i) + lay.beta))[h];
+    });
 }
 
 /* Record i of a fold_stage as token_load would give it to tile t, whose
@@ -253,20 +259,57 @@ __device__ __forceinline__ void fold_stage_token(token_regs<E, RPL, KDA> &tk,
         tk.v[r] = f.v[i * f.rows + tile_row(t, r) - row0];
 }
 
+/* identity_fold's tiles from records staged in shared memory: the block's
+ * first tile is asked for before the records are copied (its loads and
+ * theirs in flight together), then the records go to `staged`
+ * (fold_stage_records) and each tile runs through them from there. */
+template <int E, bool KDA, class Act>
+__device__ __forceinline__ void fold_tiles_staged(const tile_args &a, float *head,
+                                                  const uint8_t *ring, int32_t start,
+                                                  int32_t used, int32_t h, int32_t row0,
+                                                  int32_t rows, float *staged)
+{
+    constexpr int RPL = SSM_TILE_RPL;
+    const dims &d = a.d;
+    const int32_t first = row0 / tile_rows(RPL);
+    head_tile<E, RPL, float> t;
+    tile_place(t, first);
+    tile_load(t, d, head);
+    const fold_stage f = fold_stage_at(staged, used, rows, d);
+    fold_stage_records<KDA, Act>(f, d, a.ring_layout, ring, start, used, a.ring_mask, h, row0);
+    __syncthreads();
+    for (int32_t tile = first; tile * tile_rows(RPL) < row0 + rows; tile++) {
+        if (tile != first) {
+            tile_place(t, tile);
+            tile_load(t, d, head);
+        }
+        token_regs<E, RPL, KDA> tk;
+        float unused[RPL];
+#pragma unroll 2 /* the tile's registers alternate, with no moves between records */
+        for (int32_t i = 0; i < used; i++) {
+            fold_stage_token<E, RPL, KDA>(tk, f, d, i, t, row0);
+            tile_token<E, RPL, KDA, float>(t, tk, (const float *)0, unused, a.layout);
+        }
+        tile_store(t, d, head);
+    }
+}
+
 /* The fold of a row whose ring would overflow, done by the block that
  * needs it: its value rows' tiles of the checkpoint through the ring's n
  * committed records with native's update in the recurrence's layout
  * (tile.cuh: the threads of this block are a tile block's), stored back.
- * The same functions as every other fold, so native's bits. With `staged`
- * (shared memory with room for fold_stage_at's layout of `history`
- * records, that the block holds nothing in) and a.fold_staged, the records are first copied
- * there all at once (fold_stage_records), so the chain of updates reads
- * shared memory instead of waiting on each record's loads from L2; the
- * same values, so the same bits. Every thread of the block calls it. */
-template <int E, bool KDA, class Act>
+ * The same functions as every other fold, so native's bits. With STAGED,
+ * `staged` (`room` floats of shared memory that the block holds nothing in
+ * during the fold) and a.fold_staged, the records are first copied there
+ * all at once when they fit (fold_tiles_staged), so the chain of updates
+ * reads shared memory instead of waiting on each record's loads from L2;
+ * the same values, so the same bits. Without STAGED the kernel carries no
+ * code for that (the registers it would take cost kernels that need none
+ * of it). Every thread of the block calls it. */
+template <int E, bool KDA, class Act, bool STAGED>
 __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, int32_t h,
                                               int32_t row0, int32_t rows,
-                                              float *staged = nullptr)
+                                              float *staged = nullptr, int64_t room = 0)
 {
     constexpr int RPL = SSM_TILE_RPL;
     static_assert(SSM_IDENTITY_THREADS == 32 * SSM_TILE_WARPS,
@@ -280,29 +323,18 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     const uint8_t *ring =
         a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     float *head = state_head<float>(a, slot, a.layer, 0, h);
-    const bool from_stage = staged && a.fold_staged;
-    fold_stage f;
-    if (from_stage) {
-        f = fold_stage_at(staged, used, rows, d);
-        fold_stage_records<KDA, Act>(f, d, a.ring_layout, ring, start, used, a.ring_mask, h,
-                                     row0);
-        __syncthreads();
+    if constexpr (STAGED) {
+        if (staged && a.fold_staged && fold_stage_floats(used, rows, d) <= room) {
+            fold_tiles_staged<E, KDA, Act>(a, head, ring, start, used, h, row0, rows, staged);
+            return;
+        }
     }
     for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
         head_tile<E, RPL, float> t;
         tile_place(t, tile);
         tile_load(t, d, head);
-        if (from_stage) {
-            token_regs<E, RPL, KDA> tk;
-            float unused[RPL];
-            for (int32_t i = 0; i < used; i++) {
-                fold_stage_token<E, RPL, KDA>(tk, f, d, i, t, row0);
-                tile_token<E, RPL, KDA, float>(t, tk, (const float *)0, unused, a.layout);
-            }
-        } else {
-            apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start,
-                                                          used, a.ring_mask, h, a.layout);
-        }
+        apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start, used,
+                                                      a.ring_mask, h, a.layout);
         tile_store(t, d, head);
     }
 }
@@ -454,6 +486,77 @@ __device__ __forceinline__ void identity_chunk(const float *row, const float *kd
 
 /* History record m's term of every token's two sums: sk[p] += w^k_{mp} u,
  * sq[p] += w^q_{mp} u (u: record m's u of this row). */
+/* Rows a block's products run on tensor cores at once: 32 a warp. */
+#define SSM_IDENTITY_TC_ROWS (SSM_IDENTITY_THREADS / 32 * 32)
+
+/* identity_chunk's products for the whole block on tensor cores, in
+ * 3xTF32 (about fp32's precision; the sums in the tensor cores' order):
+ * warp w takes staged rows 32 w .. 32 w + 31 as two 16-row tiles of A =
+ * S0's chunk q, against B = the 8 columns kd_0 .. kd_3, qd_0 .. qd_3 of
+ * the chunk's channels (zeros past T). acc[i] holds tile i's 16 x 8 sums
+ * in mma's C layout (identity_tc_sums hands them to the rows' threads).
+ * Every thread of the block calls it, with SSM_IDENTITY_TC_ROWS rows
+ * staged. */
+template <int MAXT>
+__device__ __forceinline__ void identity_chunk_tc(const float *buffer, const float *kd,
+                                                  const float *qd, const dims &d, int32_t T,
+                                                  int32_t q, float (&acc)[2][4])
+{
+    static_assert(MAXT <= 4, "kd and qd of four tokens fill B's 8 columns");
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t g = lane >> 2, t = lane & 3; /* mma's fragment coordinates */
+    const float *column = (g < 4 ? kd + g * d.K : qd + (g - 4) * d.K) + q * SSM_IDENTITY_CHUNK;
+    const bool live = (g & 3) < T;
+#pragma unroll
+    for (int s = 0; s < SSM_IDENTITY_CHUNK / 8; s++) {
+        tc::frag b, b_hi, b_lo;
+        b.x[0] = live ? __float_as_uint(column[8 * s + t]) : 0u;
+        b.x[1] = live ? __float_as_uint(column[8 * s + t + 4]) : 0u;
+        b.x[2] = b.x[3] = 0u;
+        tc::split(b_hi, b_lo, b);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            tc::frag a, a_hi, a_lo;
+            tc::load_a_rows(a, buffer + (warp * 32 + m * 16) * SSM_IDENTITY_STRIDE + 8 * s,
+                            SSM_IDENTITY_STRIDE);
+            tc::split(a_hi, a_lo, a);
+            tc::mma(acc[m], a_lo, b_hi, 0);
+            tc::mma(acc[m], a_hi, b_lo, 0);
+            tc::mma(acc[m], a_hi, b_hi, 0);
+        }
+    }
+}
+
+/* identity_chunk_tc's sums to the rows' threads: through `sums` (8 floats
+ * a row of shared memory nobody reads or writes until a barrier after
+ * this), thread i < rows gets row i's sk[p] = S0 kd_p, sq[p] = S0 qd_p.
+ * Every thread of the block calls it. */
+template <int MAXT>
+__device__ __forceinline__ void identity_tc_sums(const float (&acc)[2][4], float *sums,
+                                                 int32_t rows, int32_t T, float (&sk)[MAXT],
+                                                 float (&sq)[MAXT])
+{
+    const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        float *row = sums + (warp * 32 + m * 16 + g) * 8 + 2 * t;
+        row[0] = acc[m][0];
+        row[1] = acc[m][1];
+        row[64] = acc[m][2]; /* row g + 8 */
+        row[65] = acc[m][3];
+    }
+    __syncthreads();
+    if ((int32_t)threadIdx.x < rows)
+#pragma unroll
+        for (int p = 0; p < MAXT; p++) {
+            if (p >= T)
+                break;
+            sk[p] = sums[threadIdx.x * 8 + p];
+            sq[p] = sums[threadIdx.x * 8 + 4 + p];
+        }
+}
+
 template <int MAXT>
 __device__ __forceinline__ void identity_add_record(const float *wk, const float *wq, int32_t m,
                                                     int32_t T, float u, float (&sk)[MAXT],
@@ -650,7 +753,7 @@ __device__ __forceinline__ void identity_new_tokens(const tile_args &a, const id
  * dynamic shared memory;
  * T = a.tokens <= MAXT, and T = MAXT when EXACT (the loops over the tokens
  * then have a bound the compiler knows). */
-template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS, bool TENSOR = false>
 __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_kernel(tile_args a)
 {
     extern __shared__ float4 shared_vectors[]; /* 16-byte aligned */
@@ -691,7 +794,7 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         griddep_wait();
     if (!asked_early) {
         if (fold_now) {
-            identity_fold<E, KDA, Act>(a, slot, h, row0, rows);
+            identity_fold<E, KDA, Act, false>(a, slot, h, row0, rows);
             __syncthreads();
         }
         identity_stage_first(staged, first_row, rows, d, chunks, buffer);
@@ -720,6 +823,11 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
 #pragma unroll
     for (int p = 0; p < MAXT; p++)
         sk[p] = sq[p] = 0.0f;
+    /* TENSOR: the products on tensor cores (identity_tensor_fits). */
+    constexpr bool tensor = TENSOR;
+    static_assert(!TENSOR || (MAXT <= 4 && ROWS == SSM_IDENTITY_TC_ROWS),
+                  "tensor-core products take 128 rows of at most four tokens");
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     for (int32_t q = 0; q < chunks; q++) {
         if (q == 2) {
             identity_all_weights<KDA>(a, g, h, key_head, T, kp, qp, gs, ge, wk, wq);
@@ -727,7 +835,11 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         }
         copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
         __syncthreads();      /* and everyone's (and, at q = 2, the weights) */
-        if ((int32_t)threadIdx.x < rows)
+        if constexpr (MAXT <= 4) {
+            if (tensor)
+                identity_chunk_tc<MAXT>(staged + (q & 1) * buffer, kd, qd, d, T, q, acc);
+        }
+        if (!tensor && (int32_t)threadIdx.x < rows)
             identity_chunk<MAXT>(staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE,
                                  kd, qd, d, T, q, sk, sq);
         __syncthreads(); /* buffer q & 1 is read: it may take chunk q + 2 */
@@ -739,6 +851,10 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         identity_all_weights<KDA>(a, g, h, key_head, T, kp, qp, gs, ge, wk, wq);
         identity_early_u(a, g, h, row, early);
         __syncthreads();
+    }
+    if constexpr (MAXT <= 4) {
+        if (tensor) /* both chunk buffers are read: the first takes the sums */
+            identity_tc_sums<MAXT>(acc, staged, rows, T, sk, sq);
     }
     if ((int32_t)threadIdx.x >= rows)
         return;

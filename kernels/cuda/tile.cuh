@@ -385,6 +385,10 @@ struct tile_args {
      * (fold_stage_records) where the kernel has room for them, or each
      * read from the ring by its update. The same bits. */
     bool fold_staged;
+    /* identity.cuh's kernel: the products of S0 with the tokens' k and q
+     * on tensor cores (3xTF32) where its block stages 128 rows of up to
+     * four tokens, or on CUDA cores. Outputs within the identity's bound. */
+    bool identity_tensor;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
      * read its ring's cursors, zero between steps; the last block moves

@@ -54,6 +54,8 @@ struct gpu_common {
     bool identity_fold_inside; /* replay's identity kernel folds its rows itself */
     bool identity_fold_early;  /* ... before it waits for the prologue */
     bool identity_fold_staged; /* ... its records staged in shared memory first */
+    bool identity_tensor;      /* ... its products with the tokens on tensor cores */
+    int32_t identity_rows;     /* ... value rows a block: 0 by the batch (identity_rows_for) */
     int32_t identity_choice;   /* ... where its checkpoint is read (IDENTITY_*) */
     bool replay_self_commit;   /* ... and commits a decode itself (no commit launch) */
     int32_t prep_rows; /* rows each block of the prologue kernel takes in turn */
@@ -190,6 +192,22 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * kernel's always are). The same bits either way. */
     const char *loads = getenv("SSMSTATE_CUDA_REPLAY_FOLD_LOADS");
     g.identity_fold_staged = !(loads && strcmp(loads, "plain") == 0);
+    /* SSMSTATE_CUDA_IDENTITY_PRODUCTS: where identity.cuh's kernel forms
+     * the checkpoint's products with the tokens' k and q, `tensor` (the
+     * default: 3xTF32 on tensor cores, where a block holds 128 rows of at
+     * most four tokens at K = 128) or `cuda` (a thread a row, CUDA cores).
+     * The same committed state; outputs within the identity's bound. */
+    const char *products = getenv("SSMSTATE_CUDA_IDENTITY_PRODUCTS");
+    g.identity_tensor = !(products && strcmp(products, "cuda") == 0);
+    /* SSMSTATE_CUDA_IDENTITY_ROWS=128 or 32: the value rows of every block
+     * of identity.cuh's kernel, whatever the batch (by default 32 where the
+     * batch has fewer blocks of 128 than the device has SMs); the tests run
+     * small batches through the large batches' kernels with it. */
+    const char *identity_rows = getenv("SSMSTATE_CUDA_IDENTITY_ROWS");
+    g.identity_rows = !identity_rows                           ? 0
+                      : strcmp(identity_rows, "128") == 0 ? SSM_IDENTITY_THREADS
+                      : strcmp(identity_rows, "32") == 0  ? SSM_IDENTITY_SMALL_ROWS
+                                                          : 0;
     /* Replay's one-token identity steps of GDN at K = 128 run on
      * identity_direct.cuh's kernel (the checkpoint into registers), others
      * on identity.cuh's (staged through shared memory): on an H100 at
@@ -1017,16 +1035,30 @@ inline ssm_status launch_in_place(const gpu_common &g, const ssm_step_v1 *step, 
     return SSM_OK;
 }
 
-template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
-inline void launch_identity_rows(const tile_args &a, cudaStream_t st)
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS, bool TENSOR>
+inline void launch_identity_form(const tile_args &a, cudaStream_t st)
 {
     dim3 grid((unsigned)a.rows * (unsigned)identity_row_blocks(a.d.V, ROWS), a.d.HV);
     dim3 block(SSM_IDENTITY_THREADS);
     size_t shared = identity_shared_bytes(a.history + a.tokens, a.tokens, a.d, ROWS);
-    cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS>,
+    cudaFuncSetAttribute(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS, TENSOR>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS>, grid, block, shared, st,
-                  a.after_prep, a);
+    launch_kernel(identity_kernel<E, MAXT, KDA, Act, EXACT, ROWS, TENSOR>, grid, block, shared,
+                  st, a.after_prep, a);
+}
+
+/* The products on tensor cores (a.identity_tensor) where a block holds 128
+ * rows of at most four tokens, at K = 128 (the kernels compiled for it). */
+template <int E, int MAXT, bool KDA, class Act, bool EXACT, int ROWS>
+inline void launch_identity_rows(const tile_args &a, cudaStream_t st)
+{
+    if constexpr (E == 16 && MAXT == 4 && ROWS == SSM_IDENTITY_TC_ROWS) {
+        if (a.identity_tensor && identity_block_rows(a.d.V, ROWS) == ROWS) {
+            launch_identity_form<E, MAXT, KDA, Act, EXACT, ROWS, true>(a, st);
+            return;
+        }
+    }
+    launch_identity_form<E, MAXT, KDA, Act, EXACT, ROWS, false>(a, st);
 }
 
 /* `rows`: value rows a block (identity_rows_for). */
@@ -1116,6 +1148,7 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     b.fold_inside = g.identity_fold_inside;
     b.fold_early = g.identity_fold_early;
     b.fold_staged = g.identity_fold_staged;
+    b.identity_tensor = g.identity_tensor;
     if (!b.fold_inside) {
         tile_args fold = a;
         fold.history_mode = HISTORY_FOLD;
@@ -1127,7 +1160,8 @@ inline ssm_status launch_identity(const gpu_common &g, const tile_args &a, void 
     }
     cudaStream_t cs = (cudaStream_t)stream;
     b.after_prep = a.after_prep && g.overlap; /* after the prologue or the fold job */
-    const int32_t rows = identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
+    const int32_t rows =
+        g.identity_rows ? g.identity_rows : identity_rows_for(a.rows, a.d.HV, a.d.V, g.sms);
     const bool direct = identity_direct_fits(a.d, a.tokens, a.history, g.shared_optin) &&
                         (g.identity_choice == IDENTITY_DIRECT ||
                          (g.identity_choice == IDENTITY_AUTO && !a.d.kda && a.tokens == 1));
