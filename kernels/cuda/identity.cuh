@@ -259,41 +259,6 @@ __device__ __forceinline__ void fold_stage_token(token_regs<E, RPL, KDA> &tk,
         tk.v[r] = f.v[i * f.rows + tile_row(t, r) - row0];
 }
 
-/* identity_fold's tiles from records staged in shared memory: the block's
- * first tile is asked for before the records are copied (its loads and
- * theirs in flight together), then the records go to `staged`
- * (fold_stage_records) and each tile runs through them from there. */
-template <int E, bool KDA, class Act>
-__device__ __forceinline__ void fold_tiles_staged(const tile_args &a, float *head,
-                                                  const uint8_t *ring, int32_t start,
-                                                  int32_t used, int32_t h, int32_t row0,
-                                                  int32_t rows, float *staged)
-{
-    constexpr int RPL = SSM_TILE_RPL;
-    const dims &d = a.d;
-    const int32_t first = row0 / tile_rows(RPL);
-    head_tile<E, RPL, float> t;
-    tile_place(t, first);
-    tile_load(t, d, head);
-    const fold_stage f = fold_stage_at(staged, used, rows, d);
-    fold_stage_records<KDA, Act>(f, d, a.ring_layout, ring, start, used, a.ring_mask, h, row0);
-    __syncthreads();
-    for (int32_t tile = first; tile * tile_rows(RPL) < row0 + rows; tile++) {
-        if (tile != first) {
-            tile_place(t, tile);
-            tile_load(t, d, head);
-        }
-        token_regs<E, RPL, KDA> tk;
-        float unused[RPL];
-#pragma unroll 2 /* the tile's registers alternate, with no moves between records */
-        for (int32_t i = 0; i < used; i++) {
-            fold_stage_token<E, RPL, KDA>(tk, f, d, i, t, row0);
-            tile_token<E, RPL, KDA, float>(t, tk, (const float *)0, unused, a.layout);
-        }
-        tile_store(t, d, head);
-    }
-}
-
 /* The fold of a row whose ring would overflow, done by the block that
  * needs it: its value rows' tiles of the checkpoint through the ring's n
  * committed records with native's update in the recurrence's layout
@@ -301,7 +266,7 @@ __device__ __forceinline__ void fold_tiles_staged(const tile_args &a, float *hea
  * The same functions as every other fold, so native's bits. With STAGED,
  * `staged` (`room` floats of shared memory that the block holds nothing in
  * during the fold) and a.fold_staged, the records are first copied there
- * all at once when they fit (fold_tiles_staged), so the chain of updates
+ * all at once when they fit (fold_stage_records), so the chain of updates
  * reads shared memory instead of waiting on each record's loads from L2;
  * the same values, so the same bits. Without STAGED the kernel carries no
  * code for that (the registers it would take cost kernels that need none
@@ -323,18 +288,31 @@ __device__ __forceinline__ void identity_fold(const tile_args &a, int32_t slot, 
     const uint8_t *ring =
         a.ring + (int64_t)slot * a.ring_slot_stride + (int64_t)a.layer * a.ring_layer_stride;
     float *head = state_head<float>(a, slot, a.layer, 0, h);
-    if constexpr (STAGED) {
-        if (staged && a.fold_staged && fold_stage_floats(used, rows, d) <= room) {
-            fold_tiles_staged<E, KDA, Act>(a, head, ring, start, used, h, row0, rows, staged);
-            return;
-        }
+    const bool from_stage =
+        STAGED && staged && a.fold_staged && fold_stage_floats(used, rows, d) <= room;
+    fold_stage f;
+    if (from_stage) {
+        f = fold_stage_at(staged, used, rows, d);
+        fold_stage_records<KDA, Act>(f, d, a.ring_layout, ring, start, used, a.ring_mask, h,
+                                     row0);
+        __syncthreads();
     }
     for (int32_t tile = row0 / tile_rows(RPL); tile * tile_rows(RPL) < row0 + rows; tile++) {
         head_tile<E, RPL, float> t;
         tile_place(t, tile);
         tile_load(t, d, head);
-        apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start, used,
-                                                      a.ring_mask, h, a.layout);
+        if (from_stage) {
+            token_regs<E, RPL, KDA> tk;
+            float unused[RPL];
+#pragma unroll 2 /* the tile's registers alternate, with no moves between records */
+            for (int32_t i = 0; i < used; i++) {
+                fold_stage_token<E, RPL, KDA>(tk, f, d, i, t, row0);
+                tile_token<E, RPL, KDA, float>(t, tk, (const float *)0, unused, a.layout);
+            }
+        } else {
+            apply_records<E, RPL, KDA, float, Act, false>(t, d, ring, a.ring_layout, start,
+                                                          used, a.ring_mask, h, a.layout);
+        }
         tile_store(t, d, head);
     }
 }
@@ -794,7 +772,12 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         griddep_wait();
     if (!asked_early) {
         if (fold_now) {
-            identity_fold<E, KDA, Act, false>(a, slot, h, row0, rows);
+            /* KDA's kernels (128 registers) stage the fold's records in the
+               checkpoint's chunk buffers, which hold nothing until the fold
+               is done; GDN's (96) keep the plain loop, which their rounds
+               measured faster. */
+            identity_fold<E, KDA, Act, KDA>(a, slot, h, row0, rows, staged,
+                                            2 * (int64_t)buffer);
             __syncthreads();
         }
         identity_stage_first(staged, first_row, rows, d, chunks, buffer);

@@ -149,35 +149,22 @@ __device__ __forceinline__ void direct_ask_history(const tile_args &a, const ide
 {
     const dims &d = a.d;
     const record_layout &lay = a.ring_layout;
-    constexpr int32_t row_pieces = SSM_DIRECT_ROWS / 4, key_pieces = SSM_DIRECT_K / 4;
-    constexpr int32_t per = row_pieces + (KDA ? 3 : 1) * key_pieces; /* a record's pieces */
-    /* A record's pieces go to `lanes` threads (a power of two), the same
-     * piece of every record they ask for, so that where it comes from and
-     * goes to is worked out once. */
-    constexpr int32_t lanes = per <= 32 ? 32 : per <= 64 ? 64 : 128;
-    static_assert(per <= SSM_DIRECT_THREADS && SSM_DIRECT_THREADS % lanes == 0,
-                  "a record's pieces over at most the block");
-    const int32_t c = (int32_t)threadIdx.x % lanes;
-    if (c < per) {
-        const int32_t part = c < row_pieces ? -1 : (c - row_pieces) / key_pieces;
-        const int32_t x = c < row_pieces ? 4 * c : 4 * ((c - row_pieces) % key_pieces);
-        int64_t from; /* bytes from the record's start */
-        float *to;
-        int32_t stride; /* floats from one record's piece to the next's */
-        if (part < 0) {
-            from = lay.u + 4 * ((int64_t)h * d.V + row0 + x);
-            to = hi.u + x, stride = SSM_DIRECT_ROWS;
-        } else if (part == 0) {
-            from = lay.k + 4 * ((int64_t)(h / d.group) * d.K + x);
-            to = hi.k + x, stride = d.K;
-        } else {
-            from = (part == 1 ? lay.gate_sum : lay.gate_error) + 4 * ((int64_t)h * d.K + x);
-            to = (part == 1 ? hi.gs : hi.ge) + x, stride = d.K;
+    constexpr int32_t row_pieces = SSM_DIRECT_ROWS / 4;
+    const int32_t key_pieces = d.K / 4, per = row_pieces + (KDA ? 3 : 1) * key_pieces;
+    for (int32_t i = threadIdx.x; i < g.kept * per; i += SSM_DIRECT_THREADS) {
+        const int32_t m = i / per, c = i % per;
+        const uint8_t *record = identity_record(a, g, m);
+        if (c < row_pieces) {
+            const float *u = (const float *)(record + lay.u) + (int64_t)h * d.V + row0;
+            copy_chunk_async(hi.u + m * SSM_DIRECT_ROWS + 4 * c, u + 4 * c, true);
+            continue;
         }
-        for (int32_t m = (int32_t)threadIdx.x / lanes; m < g.kept;
-             m += SSM_DIRECT_THREADS / lanes)
-            copy_chunk_async(to + m * stride, (const float *)(identity_record(a, g, m) + from),
-                             true);
+        const int32_t part = (c - row_pieces) / key_pieces, x = 4 * ((c - row_pieces) % key_pieces);
+        const float *from = part == 0 ? (const float *)(record + lay.k) + (int64_t)(h / d.group) * d.K
+                            : part == 1 ? (const float *)(record + lay.gate_sum) + (int64_t)h * d.K
+                                        : (const float *)(record + lay.gate_error) + (int64_t)h * d.K;
+        float *to = (part == 0 ? hi.k : part == 1 ? hi.gs : hi.ge) + m * d.K;
+        copy_chunk_async(to + x, from + x, true);
     }
     copy_async_commit();
     if (!KDA && (int32_t)threadIdx.x < g.kept)

@@ -185,20 +185,22 @@ inline ssm_status gpu_common_create(gpu_common &g, const ssm_mode_params_v2 *p,
      * the step's prologue, so that the two overlap. */
     g.identity_fold_early = fold && strcmp(fold, "early") == 0;
     /* SSMSTATE_CUDA_REPLAY_FOLD_LOADS: how the direct kernel's blocks
-     * (identity_direct.cuh) read those records, `staged` (the default:
-     * every record the block needs copied into shared memory at once, then
-     * the updates from there; the folding launch 9% shorter on an H200) or
-     * `plain` (each record from the ring by its update, as the staged
-     * kernel's always are). The same bits either way. */
+     * (identity_direct.cuh) and KDA's staged kernel read those records,
+     * `staged` (the default: every record the block needs copied into
+     * shared memory at once, then the updates from there; the folding
+     * launch 9% shorter on an H200) or `plain` (each record from the ring
+     * by its update, as GDN's staged kernel's always are). The same bits
+     * either way. */
     const char *loads = getenv("SSMSTATE_CUDA_REPLAY_FOLD_LOADS");
     g.identity_fold_staged = !(loads && strcmp(loads, "plain") == 0);
     /* SSMSTATE_CUDA_IDENTITY_PRODUCTS: where identity.cuh's kernel forms
-     * the checkpoint's products with the tokens' k and q, `tensor` (the
-     * default: 3xTF32 on tensor cores, where a block holds 128 rows of at
-     * most four tokens at K = 128) or `cuda` (a thread a row, CUDA cores).
-     * The same committed state; outputs within the identity's bound. */
+     * the checkpoint's products with the tokens' k and q, `cuda` (the
+     * default: a thread a row, CUDA cores) or `tensor` (3xTF32 on tensor
+     * cores, where a block holds 128 rows of at most four tokens at
+     * K = 128; not yet the default: no GPU has run it). The same committed
+     * state; outputs within the identity's bound. */
     const char *products = getenv("SSMSTATE_CUDA_IDENTITY_PRODUCTS");
-    g.identity_tensor = !(products && strcmp(products, "cuda") == 0);
+    g.identity_tensor = products && strcmp(products, "tensor") == 0;
     /* SSMSTATE_CUDA_IDENTITY_ROWS=128 or 32: the value rows of every block
      * of identity.cuh's kernel, whatever the batch (by default 32 where the
      * batch has fewer blocks of 128 than the device has SMs); the tests run
