@@ -462,8 +462,6 @@ __device__ __forceinline__ void identity_chunk(const float *row, const float *kd
     }
 }
 
-/* History record m's term of every token's two sums: sk[p] += w^k_{mp} u,
- * sq[p] += w^q_{mp} u (u: record m's u of this row). */
 /* Rows a block's products run on tensor cores at once: 32 a warp. */
 #define SSM_IDENTITY_TC_ROWS (SSM_IDENTITY_THREADS / 32 * 32)
 
@@ -535,6 +533,8 @@ __device__ __forceinline__ void identity_tc_sums(const float (&acc)[2][4], float
         }
 }
 
+/* History record m's term of every token's two sums: sk[p] += w^k_{mp} u,
+ * sq[p] += w^q_{mp} u (u: record m's u of this row). */
 template <int MAXT>
 __device__ __forceinline__ void identity_add_record(const float *wk, const float *wq, int32_t m,
                                                     int32_t T, float u, float (&sk)[MAXT],
@@ -806,7 +806,8 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
 #pragma unroll
     for (int p = 0; p < MAXT; p++)
         sk[p] = sq[p] = 0.0f;
-    /* TENSOR: the products on tensor cores (identity_tensor_fits). */
+    /* TENSOR: the products on tensor cores (launch_identity_rows takes this
+       kernel only where its blocks stage 128 rows). */
     constexpr bool tensor = TENSOR;
     static_assert(!TENSOR || (MAXT <= 4 && ROWS == SSM_IDENTITY_TC_ROWS),
                   "tensor-core products take 128 rows of at most four tokens");

@@ -387,7 +387,8 @@ struct tile_args {
     bool fold_staged;
     /* identity.cuh's kernel: the products of S0 with the tokens' k and q
      * on tensor cores (3xTF32) where its block stages 128 rows of up to
-     * four tokens, or on CUDA cores. Outputs within the identity's bound. */
+     * four tokens, or on CUDA cores. Read on the host, which launches the
+     * kernel of that form. Outputs within the identity's bound. */
     bool identity_tensor;
     /* A replay decode through the identity kernel that commits itself:
      * [capacity][layers] counts of the blocks of a (slot, layer) that have
