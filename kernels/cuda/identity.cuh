@@ -808,7 +808,6 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         sk[p] = sq[p] = 0.0f;
     /* TENSOR: the products on tensor cores (launch_identity_rows takes this
        kernel only where its blocks stage 128 rows). */
-    constexpr bool tensor = TENSOR;
     static_assert(!TENSOR || (MAXT <= 4 && ROWS == SSM_IDENTITY_TC_ROWS),
                   "tensor-core products take 128 rows of at most four tokens");
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -819,11 +818,9 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         }
         copy_async_wait<1>(); /* this thread's pieces of chunk q are in */
         __syncthreads();      /* and everyone's (and, at q = 2, the weights) */
-        if constexpr (MAXT <= 4) {
-            if (tensor)
-                identity_chunk_tc<MAXT>(staged + (q & 1) * buffer, kd, qd, d, T, q, acc);
-        }
-        if (!tensor && (int32_t)threadIdx.x < rows)
+        if constexpr (TENSOR)
+            identity_chunk_tc<MAXT>(staged + (q & 1) * buffer, kd, qd, d, T, q, acc);
+        else if ((int32_t)threadIdx.x < rows)
             identity_chunk<MAXT>(staged + (q & 1) * buffer + threadIdx.x * SSM_IDENTITY_STRIDE,
                                  kd, qd, d, T, q, sk, sq);
         __syncthreads(); /* buffer q & 1 is read: it may take chunk q + 2 */
@@ -836,10 +833,8 @@ __global__ void __launch_bounds__(SSM_IDENTITY_THREADS, KDA ? 4 : 5) identity_ke
         identity_early_u(a, g, h, row, early);
         __syncthreads();
     }
-    if constexpr (MAXT <= 4) {
-        if (tensor) /* both chunk buffers are read: the first takes the sums */
-            identity_tc_sums<MAXT>(acc, staged, rows, T, sk, sq);
-    }
+    if constexpr (TENSOR) /* both chunk buffers are read: the first takes the sums */
+        identity_tc_sums<MAXT>(acc, staged, rows, T, sk, sq);
     if ((int32_t)threadIdx.x >= rows)
         return;
 
